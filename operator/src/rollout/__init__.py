@@ -1,0 +1,1 @@
+"""Rollout: run agent evaluations and RL rollouts on Kubernetes."""

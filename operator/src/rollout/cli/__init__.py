@@ -1,0 +1,1 @@
+"""The `rollout` command line."""

@@ -1,0 +1,1 @@
+"""The kopf operator that reconciles RolloutJobs and RolloutTrials."""

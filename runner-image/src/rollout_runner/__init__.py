@@ -1,0 +1,1 @@
+"""The trial runner: the sidecar in every trial Pod."""
