@@ -1,0 +1,54 @@
+"""The job-level metrics of job.yaml (`metrics: [{type: mean}]`), computed over rewards.
+
+A metric is computed over the rewards of completed trials only (the trials whose verifier produced
+a reward), the same set that `mean_reward` uses. With no completed trial there is nothing to
+measure, so every metric is null then, never 0 or NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from enum import StrEnum
+
+from pydantic import Field
+
+from rollout.api.base import FileModel
+
+
+class MetricType(StrEnum):
+    """The metrics a job can ask for, as job.yaml spells them."""
+
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    MEAN = "mean"
+
+
+def compute_metric(metric_type: MetricType, rewards: Collection[float]) -> float | None:
+    """The metric over `rewards` (the rewards of completed trials); None when there are none.
+
+    Sums use `math.fsum` so that a mean over 100,000 rewards does not drift with the order in
+    which trials finished.
+    """
+    if not rewards:
+        return None
+    match metric_type:
+        case MetricType.SUM:
+            return math.fsum(rewards)
+        case MetricType.MIN:
+            return min(rewards)
+        case MetricType.MAX:
+            return max(rewards)
+        case MetricType.MEAN:
+            return math.fsum(rewards) / len(rewards)
+    raise ValueError(f"unknown metric type {metric_type!r}")  # pragma: no cover
+
+
+class MetricValue(FileModel):
+    """One configured metric and its value, as the job's result.json reports it."""
+
+    type: MetricType = Field(description="The metric, as configured in job.yaml.")
+    value: float | None = Field(
+        description="The metric over the rewards of completed trials; null when none completed."
+    )

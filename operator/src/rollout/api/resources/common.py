@@ -1,0 +1,317 @@
+"""Parts shared by RolloutJob and RolloutTrial: names, agents, env vars, storage, pod overrides.
+
+Rules are written once: an agent here obeys the same checks as an agent in job.yaml
+(`rollout.api.job`), and patterns that also go into the CRD schema are module constants, so the
+apiserver and the models refuse the same things.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from rollout.api.base import ResourceModel
+from rollout.api.job import (
+    ENV_NAME_PATTERN,
+    FieldErrors,
+    agent_problems,
+    check_instruction_path,
+    check_name,
+    duplicate_problems,
+    env_key_problem,
+)
+
+GROUP = "rollout.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "rollout"
+
+NAME_PATTERN = r"^([^/\\\x00.][^/\\\x00]*|\.[^/\\\x00.][^/\\\x00]*|\.\.[^/\\\x00]+)$"
+"""A name that is one safe path segment (job, agent, dataset, task): not empty, "." or "..", no
+slash, backslash or NUL. The same rule as `rollout.api.layout.check_component`, as a regex for the
+CRD (RE2 has no lookahead, hence the three alternatives)."""
+
+DIGEST_PATTERN = r"^[0-9a-f]{64}$"
+"""sha256 in lowercase hex: a dataset manifest's digest, a task's content hash."""
+
+QUANTITY_PATTERN = r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+"""A non-negative Kubernetes quantity ("1", "500m", "2G", "10Gi")."""
+
+# Label and annotation keys under our own domain.
+LABEL_JOB = f"{GROUP}/job"
+LABEL_TRIAL = f"{GROUP}/trial"
+LABEL_AGENT = f"{GROUP}/agent"
+LABEL_DATASET = f"{GROUP}/dataset"
+LABEL_TASK = f"{GROUP}/task"
+
+
+def _name_of(what: str) -> AfterValidator:
+    return AfterValidator(lambda value: check_name(value, what))
+
+
+def _pattern(pattern: str) -> dict[str, Any]:
+    return {"pattern": pattern}
+
+
+def matching_pattern(pattern: str, what: str) -> AfterValidator:
+    """Check `pattern` in Python with a message that says what was expected."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.search(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+JobName = Annotated[str, _name_of("job name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
+AgentName = Annotated[str, _name_of("agent name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
+DatasetName = Annotated[
+    str, _name_of("dataset name"), Field(json_schema_extra=_pattern(NAME_PATTERN))
+]
+TaskName = Annotated[str, _name_of("task name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
+Digest = Annotated[
+    str,
+    matching_pattern(DIGEST_PATTERN, "a sha256 digest (64 lowercase hex digits)"),
+    Field(json_schema_extra=_pattern(DIGEST_PATTERN)),
+]
+InstructionPath = Annotated[
+    str, AfterValidator(check_instruction_path), Field(json_schema_extra=_pattern("^/"))
+]
+IntOrQuantity = Annotated[
+    int | str,
+    Field(json_schema_extra={"pattern": QUANTITY_PATTERN}),
+]
+"""An int or a quantity string; the CRD marks it x-kubernetes-int-or-string."""
+
+
+class ObjectMeta(BaseModel):
+    """The parts of Kubernetes object metadata the models read; the rest is kept as it is."""
+
+    model_config = ConfigDict(
+        extra="allow", alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
+
+    name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    uid: str | None = None
+    generation: int | None = None
+    resource_version: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_maps(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A manifest says nothing rather than `labels: {}`.
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v != {} or k not in ("labels", "annotations")}
+
+
+# --- env vars -------------------------------------------------------------------------------------
+
+
+class SecretKeySelector(ResourceModel):
+    """A key of a Secret in the resource's namespace."""
+
+    name: str = Field(min_length=1, description="Name of the Secret.")
+    key: str = Field(min_length=1, description="Key in the Secret's data.")
+    optional: bool | None = Field(
+        None, description="If true, a missing Secret or key leaves the variable unset."
+    )
+
+
+class EnvVarSource(ResourceModel):
+    """Where an env var's value comes from."""
+
+    secret_key_ref: SecretKeySelector = Field(description="A key of a Secret.")
+
+
+class EnvVar(ResourceModel):
+    """An environment variable, as in a Kubernetes container: a literal `value` or `valueFrom`."""
+
+    name: str = Field(
+        description="Variable name (letters, digits, underscores).",
+        json_schema_extra=_pattern(ENV_NAME_PATTERN),
+    )
+    value: str | None = Field(None, description="Literal value.")
+    value_from: EnvVarSource | None = Field(None, description="Take the value from a Secret.")
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if problem := env_key_problem(value):
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"env var {self.name!r} has both 'value' and 'valueFrom'")
+        return self
+
+
+class AgentSpec(ResourceModel):
+    """An agent, as job.yaml describes it; env values are literal or come from a Secret."""
+
+    name: AgentName = Field(description="Agent name; also its results directory.")
+    description: str | None = Field(None, description="What the agent is.")
+    install: str | None = Field(None, description="Bash script that installs the agent.")
+    execute: str | None = Field(
+        None, description="Bash script that runs the agent; absent only for 'oracle'."
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, description="Environment for the install and execute scripts."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: list[EnvVar]) -> list[EnvVar]:
+        if problems := duplicate_problems([v.name for v in value], "env var", "env"):
+            raise FieldErrors(problems)
+        return value
+
+    @model_validator(mode="after")
+    def _scripts(self) -> AgentSpec:
+        if problems := agent_problems(self.name, self.install, self.execute):
+            raise FieldErrors(problems)
+        return self
+
+
+def check_agents(agents: list[AgentSpec]) -> list[AgentSpec]:
+    """At least one agent, names distinct."""
+    if not agents:
+        raise ValueError("at least one agent is required")
+    if problems := duplicate_problems([a.name for a in agents], "agent name", "agents"):
+        raise FieldErrors(problems)
+    return agents
+
+
+# --- storage and pods -----------------------------------------------------------------------------
+
+
+class StorageSpec(ResourceModel):
+    """S3-compatible object storage for datasets and results.
+
+    The credentials Secret, when named, holds `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`
+    (and optionally `AWS_SESSION_TOKEN`); without it the ambient credentials apply (e.g. IRSA).
+    """
+
+    bucket: str = Field(min_length=1, description="Bucket name.")
+    prefix: str = Field("", description="Key prefix under which datasets/, tasks/, jobs/ live.")
+    endpoint: str | None = Field(
+        None, description="Endpoint URL for non-AWS storage (MinIO, GCS interop)."
+    )
+    region: str | None = Field(None, description="Region of the bucket.")
+    path_style: bool = Field(
+        False, description="Address the bucket in the URL path (needed by MinIO)."
+    )
+    credentials_secret: str | None = Field(
+        None, description="Name of a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY."
+    )
+
+
+class TolerationOperator(StrEnum):
+    """How a toleration matches a taint's value."""
+
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    """The taint effect a toleration matches."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(ResourceModel):
+    """A Kubernetes toleration for trial Pods."""
+
+    key: str | None = Field(None, description="Taint key; empty with Exists matches all taints.")
+    operator: TolerationOperator | None = Field(None, description="Exists or Equal (default).")
+    value: str | None = Field(None, description="Taint value to match with Equal.")
+    effect: TaintEffect | None = Field(None, description="Effect to match; empty matches all.")
+    toleration_seconds: int | None = Field(
+        None, description="How long a NoExecute taint is tolerated before eviction."
+    )
+
+
+class LocalObjectReference(ResourceModel):
+    """A reference to an object in the same namespace, by name."""
+
+    name: str = Field(min_length=1, description="Name of the object.")
+
+
+class PodOverrides(ResourceModel):
+    """Scheduling settings applied to every trial Pod."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels a trial Pod must be scheduled on."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Taints trial Pods tolerate."
+    )
+    runtime_class_name: str | None = Field(
+        None, description="RuntimeClass of trial Pods (e.g. gvisor, kata)."
+    )
+    priority_class_name: str | None = Field(None, description="PriorityClass of trial Pods.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list, description="Secrets for pulling environment and runner images."
+    )
+
+
+# --- what the CRD generator reads -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    """A column of `kubectl get`."""
+
+    name: str
+    type: str
+    json_path: str
+    description: str
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    """Names and presentation of a custom resource kind, declared beside its model."""
+
+    kind: str
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    printer_columns: tuple[PrinterColumn, ...]
+    group: str = GROUP
+    version: str = VERSION
+    categories: tuple[str, ...] = (CATEGORY,)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+
+AGE_COLUMN = PrinterColumn(
+    "Age", "date", ".metadata.creationTimestamp", "Time since the resource was created."
+)

@@ -1,0 +1,223 @@
+"""The RolloutTrial resource: one agent's attempt at one task, and what came of it.
+
+The spec holds everything needed to render the trial's Pod and run it, so that neither the Pod
+renderer nor the runner (nor the bridge controller) reads the RolloutJob: the agent with its env,
+the task's archive (`tasks/<taskContentHash>.tar.gz` in storage), the environment image, the
+effective resources and timeouts (task values after the job's overrides and multiplier), users,
+storage and pod overrides. Where the trial writes is derived, not stored:
+`<storage.prefix>/jobs/<jobName>/<agent>/<datasetName>/<taskName>__<attempt>/`.
+
+Status phases: `Pending` (no Pod running yet), `Running`, `Succeeded` (the trial ran to its end
+without an error that kept the reward; the reward may be null when the verifier is disabled;
+a teardown error alone still counts as Succeeded) and `Failed` (an error prevented the reward; its
+type is one of the seed's error types). Durations and timestamps use the names of the trial's
+result.json in camelCase (`agentExecutionSec`, `verifierStartedAt`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AwareDatetime, Field
+
+from rollout.api.base import ResourceModel
+from rollout.api.errors import ErrorType
+from rollout.api.job import DEFAULT_INSTRUCTION_PATH, EnvironmentType, LogLevel
+from rollout.api.resources.common import (
+    AGE_COLUMN,
+    QUANTITY_PATTERN,
+    AgentSpec,
+    DatasetName,
+    Digest,
+    InstructionPath,
+    JobName,
+    ObjectMeta,
+    PodOverrides,
+    PrinterColumn,
+    ResourceInfo,
+    StorageSpec,
+    TaskName,
+    matching_pattern,
+)
+from rollout.api.resources.conditions import CONDITIONS_LIST_MAP, Condition
+
+Quantity = Annotated[
+    str,
+    matching_pattern(QUANTITY_PATTERN, "a Kubernetes quantity such as '1', '500m', '2G' or '10Gi'"),
+    Field(json_schema_extra={"pattern": QUANTITY_PATTERN}),
+]
+TimeoutSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+User = int | str
+
+
+class TrialPhase(StrEnum):
+    """Where a RolloutTrial is in its life (see the module docstring)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class TrialResources(ResourceModel):
+    """The environment container's resources, as requests and limits."""
+
+    cpus: Quantity = Field(description="CPU quantity, e.g. '1' or '500m'.")
+    memory: Quantity = Field(description="Memory quantity, e.g. '2G' or '2048Mi'.")
+    storage: Quantity = Field(description="Ephemeral storage quantity, e.g. '10G'.")
+    gpus: int = Field(0, ge=0, description="Number of GPUs.")
+
+
+class TrialTimeouts(ResourceModel):
+    """Effective timeouts in seconds: the task's, after job overrides and the multiplier."""
+
+    agent_install_sec: TimeoutSeconds = Field(description="Agent install script.")
+    agent_sec: TimeoutSeconds = Field(description="Agent execute script.")
+    verifier_sec: TimeoutSeconds = Field(description="Verifier (tests/test.sh).")
+    build_sec: TimeoutSeconds = Field(description="Environment image build.")
+
+
+class RolloutTrialSpec(ResourceModel):
+    """What to run for one trial; written by the operator from the RolloutJob."""
+
+    job_name: JobName = Field(description="The job's name (spec.jobName of the RolloutJob).")
+    environment_type: EnvironmentType = Field(
+        EnvironmentType.KUBERNETES,
+        description="kubernetes: the operator runs a Pod; others: the bridge controller.",
+    )
+    agent: AgentSpec = Field(description="The agent, with its env.")
+    dataset_name: DatasetName = Field(description="Dataset the task belongs to.")
+    task_name: TaskName = Field(description="The task's name in its dataset.")
+    attempt: int = Field(ge=1, description="Attempt number, from 1.")
+    task_content_hash: Digest = Field(
+        description="Content hash of the task; its files are tasks/<hash>.tar.gz in storage."
+    )
+    image: str = Field(min_length=1, description="Image of the environment container.")
+    resources: TrialResources = Field(description="Resources of the environment container.")
+    timeouts: TrialTimeouts = Field(description="Effective timeouts.")
+    instruction_path: InstructionPath = Field(
+        DEFAULT_INSTRUCTION_PATH, description="Where instruction.md is placed."
+    )
+    verifier_disabled: bool = Field(False, description="Skip the verifier.")
+    agent_user: User | None = Field(
+        None, description="User (name or uid) the agent runs as; default: the image's."
+    )
+    verifier_user: User | None = Field(
+        None, description="User (name or uid) the verifier runs as; default: the image's."
+    )
+    workdir: str | None = Field(
+        None, description="Working directory for agent and verifier; default: the image's."
+    )
+    storage: StorageSpec = Field(description="Object storage for the task files and results.")
+    runner_image: str = Field(min_length=1, description="Image of the runner sidecar.")
+    pod: PodOverrides = Field(
+        default_factory=PodOverrides, description="Scheduling settings for the Pod."
+    )
+    preserve_env: bool = Field(False, description="Keep the environment after the trial.")
+    log_level: LogLevel = Field(LogLevel.ERROR, description="Log level of the runner.")
+
+
+class TrialErrorStatus(ResourceModel):
+    """What went wrong, as the trial's result.json has it."""
+
+    type: ErrorType = Field(description="One of the seed's error types.")
+    message: str = Field(description="What went wrong.")
+
+
+class TrialDurations(ResourceModel):
+    """Seconds spent in each phase; null for a phase that did not run."""
+
+    total_sec: Seconds | None = Field(None, description="The whole trial.")
+    environment_setup_sec: Seconds | None = Field(
+        None, description="Image build or pull, container start, file copies."
+    )
+    agent_setup_sec: Seconds | None = Field(None, description="Agent install.")
+    agent_execution_sec: Seconds | None = Field(None, description="Agent execution.")
+    verifier_sec: Seconds | None = Field(None, description="Verifier.")
+
+
+class TrialTimestamps(ResourceModel):
+    """When each phase started and ended (RFC 3339, UTC)."""
+
+    started_at: AwareDatetime | None = Field(None, description="Trial start.")
+    environment_setup_started_at: AwareDatetime | None = Field(
+        None, description="Environment setup start."
+    )
+    environment_setup_ended_at: AwareDatetime | None = Field(
+        None, description="Environment setup end."
+    )
+    agent_setup_started_at: AwareDatetime | None = Field(None, description="Agent install start.")
+    agent_setup_ended_at: AwareDatetime | None = Field(None, description="Agent install end.")
+    agent_execution_started_at: AwareDatetime | None = Field(
+        None, description="Agent execution start."
+    )
+    agent_execution_ended_at: AwareDatetime | None = Field(None, description="Agent execution end.")
+    verifier_started_at: AwareDatetime | None = Field(None, description="Verifier start.")
+    verifier_ended_at: AwareDatetime | None = Field(None, description="Verifier end.")
+    ended_at: AwareDatetime | None = Field(None, description="Trial end.")
+
+
+class RolloutTrialStatus(ResourceModel):
+    """What happened; written by the operator (or the bridge controller) only."""
+
+    phase: TrialPhase | None = Field(None, description="Pending, Running, Succeeded or Failed.")
+    observed_generation: int | None = Field(
+        None, ge=0, description="The metadata.generation this status describes."
+    )
+    reward: float | None = Field(
+        None, allow_inf_nan=False, description="The verifier's reward; null without one."
+    )
+    cost: float | None = Field(
+        None, allow_inf_nan=False, description="Cost of the trial, when known."
+    )
+    error: TrialErrorStatus | None = Field(None, description="The trial's error, if any.")
+    durations: TrialDurations | None = Field(None, description="Seconds per phase.")
+    timestamps: TrialTimestamps | None = Field(None, description="Start and end of each phase.")
+    result_uri: str | None = Field(
+        None, description="URI of the trial's result.json in storage (s3://bucket/key)."
+    )
+    pod_name: str | None = Field(None, description="The Pod running (or that ran) the trial.")
+    infra_retries: int = Field(
+        0, ge=0, description="Times the trial was restarted after its Pod was lost."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="PodReady, Complete, Failed; one per type.",
+        json_schema_extra=CONDITIONS_LIST_MAP,
+    )
+
+
+class RolloutTrial(ResourceModel):
+    """One trial: an agent's attempt at a task, run in its own Pod."""
+
+    resource: ClassVar[ResourceInfo] = ResourceInfo(
+        kind="RolloutTrial",
+        plural="rollouttrials",
+        singular="rollouttrial",
+        short_names=("rt",),
+        printer_columns=(
+            PrinterColumn("Phase", "string", ".status.phase", "Where the trial is."),
+            PrinterColumn("Agent", "string", ".spec.agent.name", "The agent."),
+            PrinterColumn("Dataset", "string", ".spec.datasetName", "The dataset.", priority=1),
+            PrinterColumn("Task", "string", ".spec.taskName", "The task."),
+            PrinterColumn("Attempt", "integer", ".spec.attempt", "Attempt number."),
+            PrinterColumn("Reward", "number", ".status.reward", "The verifier's reward."),
+            PrinterColumn("Error", "string", ".status.error.type", "The error type, if any."),
+            PrinterColumn("Pod", "string", ".status.podName", "The trial's Pod.", priority=1),
+            AGE_COLUMN,
+        ),
+    )
+
+    api_version: Literal["rollout.dev/v1alpha1"] = Field(
+        "rollout.dev/v1alpha1", description="rollout.dev/v1alpha1."
+    )
+    kind: Literal["RolloutTrial"] = Field("RolloutTrial", description="RolloutTrial.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
+    spec: RolloutTrialSpec = Field(description="What to run.")
+    status: RolloutTrialStatus | None = Field(None, description="What happened.")
+
+    def manifest(self) -> dict[str, Any]:
+        """The object as the Kubernetes API takes it: camelCase, nulls left out."""
+        return self.model_dump(mode="json", exclude_none=True)

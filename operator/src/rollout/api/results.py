@@ -1,0 +1,460 @@
+"""The trial and job result.json files, and the one place where trials are counted.
+
+The models reproduce the seed's files key for key and in the same order. Timestamps are always
+written in UTC with a `Z` ("2025-01-15T10:30:00Z"); fractional seconds are written only when the
+time has them, so nothing is lost on a round trip. Reading accepts any explicit offset
+("+00:00", "+02:00") and converts to UTC; a timestamp without a timezone is refused, since nobody
+could tell which clock it came from.
+
+How a trial counts (the seed's field definitions, implemented once in `is_completed` and
+`is_failed` and used by everything else):
+
+- completed: the verifier produced a reward (reward is not null), whatever its value and whatever
+  error the trial also has (a teardown error never changes the reward, so such a trial is
+  completed);
+- failed: no reward, and an error of any type except `environment_teardown_failed`;
+- neither: no reward and no error that explains it, e.g. the job disabled the verifier, or the
+  trial has not finished yet (the operator aggregates pending trials too, so that `total_trials`
+  is right). Such trials count in `total_trials` only, never in pass_rate, mean_reward or metrics.
+
+So `total_trials - completed_trials - failed_trials` is the number of trials without a verdict.
+
+Jobs configure metrics in job.yaml but the seed's job result.json has no field for them: the job
+result carries an extra `metrics` list of `{type, value}`, written after the seed's fields and left
+out entirely when the job configures none, so a seed job result.json round-trips unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Self, TypeGuard
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    FiniteFloat,
+    NonNegativeFloat,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
+
+from rollout.api.base import FileModel
+from rollout.api.errors import ErrorType, InvalidInput, problems_from_validation_error
+from rollout.api.metrics import MetricType, MetricValue, compute_metric
+
+# --- timestamps ---------------------------------------------------------------------------------
+
+
+def _to_utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamp has no timezone; write it in UTC, e.g. 2025-01-15T10:30:00Z")
+    return value.astimezone(UTC)
+
+
+def format_timestamp(value: datetime) -> str:
+    """A timestamp the way result.json writes it: UTC, ending in `Z`."""
+    return _to_utc(value).isoformat().replace("+00:00", "Z")
+
+
+Timestamp = Annotated[
+    datetime,
+    AfterValidator(_to_utc),
+    PlainSerializer(format_timestamp, return_type=str, when_used="json"),
+]
+"""A point in time in a result file: aware, converted to UTC when read, `...Z` when written."""
+
+Reward = FiniteFloat
+"""A verifier's reward: any finite number (1 passes, 0 fails, 0.5 is partial credit)."""
+
+Seconds = Annotated[NonNegativeFloat, Field(allow_inf_nan=False)]
+"""A duration: finite and never negative."""
+
+Cost = Annotated[NonNegativeFloat, Field(allow_inf_nan=False)]
+"""What a trial cost on its environment (provider-specific units): finite and never negative."""
+
+
+# --- reading and writing -------------------------------------------------------------------------
+
+
+class _ResultFile(FileModel):
+    """A whole result.json: parsed with errors naming the file, written as the seed writes it."""
+
+    @classmethod
+    def from_json(cls, data: str | bytes, file: str = "result.json") -> Self:
+        """Parse a result.json; every problem is reported against `file` and the field."""
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as err:
+            raise InvalidInput(problems_from_validation_error(err, file)) from None
+
+    def to_json(self) -> str:
+        """The file's text: two-space indent, keys in the seed's order, a final newline."""
+        return json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+# --- trial result.json -------------------------------------------------------------------------
+
+
+class TrialError(FileModel):
+    """Why a trial failed: one of the seed's error types and a message for people."""
+
+    type: ErrorType = Field(description="The failure mode, one of the seed's error types.")
+    message: str = Field(description="What went wrong, for a person to read.")
+
+
+class TrialDurations(FileModel):
+    """How long each phase took, in seconds; null for a phase that did not run."""
+
+    total_sec: Seconds | None = Field(default=None, description="The whole trial.")
+    environment_setup_sec: Seconds | None = Field(
+        default=None, description="Image build or pull, container start and file copies."
+    )
+    agent_setup_sec: Seconds | None = Field(default=None, description="The agent install script.")
+    agent_execution_sec: Seconds | None = Field(
+        default=None, description="The agent execute script."
+    )
+    verifier_sec: Seconds | None = Field(default=None, description="The verifier (tests/test.sh).")
+
+
+class TrialTimestamps(FileModel):
+    """When each phase started and ended; null for a phase that did not run."""
+
+    started_at: Timestamp | None = None
+    environment_setup_started_at: Timestamp | None = None
+    environment_setup_ended_at: Timestamp | None = None
+    agent_setup_started_at: Timestamp | None = None
+    agent_setup_ended_at: Timestamp | None = None
+    agent_execution_started_at: Timestamp | None = None
+    agent_execution_ended_at: Timestamp | None = None
+    verifier_started_at: Timestamp | None = None
+    verifier_ended_at: Timestamp | None = None
+    ended_at: Timestamp | None = None
+
+
+class TrialResult(_ResultFile):
+    """A trial's result.json: `<job>/<agent>/<dataset>/<task>__<n>/result.json`."""
+
+    task_name: str = Field(description="The task's folder name.")
+    dataset_name: str = Field(description="The dataset the task belongs to.")
+    agent_name: str = Field(description="The agent, as named in job.yaml.")
+    attempt: int = Field(ge=1, description="Which attempt at this (agent, task), from 1.")
+    reward: Reward | None = Field(
+        default=None, description="The verifier's reward; null when the verifier gave none."
+    )
+    cost: Cost | None = Field(
+        default=None, description="What the trial cost on its environment, when known."
+    )
+    error: TrialError | None = Field(default=None, description="Why the trial failed, if it did.")
+    durations: TrialDurations = Field(default_factory=TrialDurations)
+    timestamps: TrialTimestamps = Field(default_factory=TrialTimestamps)
+
+    @property
+    def completed(self) -> bool:
+        """The verifier produced a reward (see the module's definitions)."""
+        return is_completed(self.reward)
+
+    @property
+    def failed(self) -> bool:
+        """An error left the trial without a reward (see the module's definitions)."""
+        return is_failed(self.reward, self.error.type if self.error else None)
+
+
+# --- job result.json ---------------------------------------------------------------------------
+
+
+class TrialSummary(FileModel):
+    """One trial in the job result's `results` list."""
+
+    task_name: str
+    dataset_name: str
+    agent_name: str
+    attempt: int = Field(ge=1)
+    reward: Reward | None = None
+
+
+def _check_counts(total: int, completed: int, failed: int, where: str) -> None:
+    if completed + failed > total:
+        raise ValueError(
+            f"{where}completed_trials ({completed}) + failed_trials ({failed}) "
+            f"exceed total_trials ({total})"
+        )
+
+
+class AgentSummary(FileModel):
+    """One agent's figures in the job result, defined exactly as the job's own."""
+
+    total_trials: int = Field(ge=0)
+    completed_trials: int = Field(ge=0)
+    failed_trials: int = Field(ge=0)
+    pass_rate: float | None = Field(default=None, ge=0, le=1)
+    mean_reward: Reward | None = None
+    total_cost: Cost | None = None
+
+    @model_validator(mode="after")
+    def _counts_add_up(self) -> Self:
+        _check_counts(self.total_trials, self.completed_trials, self.failed_trials, "")
+        return self
+
+
+class JobResult(_ResultFile):
+    """The job's result.json: `jobs/<job>/result.json`."""
+
+    job_name: str
+    total_trials: int = Field(ge=0, description="Every trial of the job.")
+    completed_trials: int = Field(ge=0, description="Trials whose verifier produced a reward.")
+    failed_trials: int = Field(
+        ge=0,
+        description="Trials left without a reward by an error other than a teardown error.",
+    )
+    pass_rate: float | None = Field(
+        default=None, ge=0, le=1, description="Share of completed trials with reward 1.0."
+    )
+    mean_reward: Reward | None = Field(
+        default=None, description="Mean reward over completed trials; null when none completed."
+    )
+    total_cost: Cost | None = Field(
+        default=None, description="Sum of the trials' known costs; null when none is known."
+    )
+    total_duration_sec: Seconds | None = Field(
+        default=None, description="ended_at - started_at, when both are known."
+    )
+    started_at: Timestamp | None = None
+    ended_at: Timestamp | None = None
+    agents: dict[str, AgentSummary] = Field(default_factory=dict)
+    results: list[TrialSummary] = Field(default_factory=list)
+    metrics: list[MetricValue] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The metrics job.yaml asks for; left out of the file when it asks for none.",
+    )
+
+    @model_validator(mode="after")
+    def _counts_add_up(self) -> Self:
+        _check_counts(self.total_trials, self.completed_trials, self.failed_trials, "")
+        return self
+
+
+# --- counting ----------------------------------------------------------------------------------
+
+
+def is_completed(reward: float | None) -> TypeGuard[float]:
+    """The seed's `completed_trials`: the verifier ran and produced a reward, whatever its value."""
+    return reward is not None
+
+
+def is_failed(reward: float | None, error_type: ErrorType | None) -> bool:
+    """The seed's `failed_trials`: an error (other than a teardown error) left no reward."""
+    return (
+        reward is None
+        and error_type is not None
+        and error_type is not ErrorType.ENVIRONMENT_TEARDOWN_FAILED
+    )
+
+
+def is_passed(reward: float | None) -> bool:
+    """A completed trial that counts towards `pass_rate`: reward exactly 1.0."""
+    return reward == 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """What aggregation needs of one trial, small enough to keep 100,000 of them in memory.
+
+    The operator builds these from its index (a pending trial has neither reward nor error); the
+    CLI gets them from trial result.json files with `from_result`.
+    """
+
+    task_name: str
+    dataset_name: str
+    agent_name: str
+    attempt: int
+    reward: float | None = None
+    error_type: ErrorType | None = None
+    cost: float | None = None
+
+    @classmethod
+    def from_result(cls, result: TrialResult) -> TrialOutcome:
+        return cls(
+            task_name=result.task_name,
+            dataset_name=result.dataset_name,
+            agent_name=result.agent_name,
+            attempt=result.attempt,
+            reward=result.reward,
+            error_type=result.error.type if result.error else None,
+            cost=result.cost,
+        )
+
+    @property
+    def completed(self) -> bool:
+        return is_completed(self.reward)
+
+    @property
+    def failed(self) -> bool:
+        return is_failed(self.reward, self.error_type)
+
+    @property
+    def passed(self) -> bool:
+        return is_passed(self.reward)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Running counts for the job or one agent."""
+
+    total: int = 0
+    failed: int = 0
+    passed: int = 0
+    rewards: list[float] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+
+    def add(self, outcome: TrialOutcome) -> None:
+        self.total += 1
+        if is_completed(outcome.reward):
+            self.rewards.append(outcome.reward)
+            self.passed += is_passed(outcome.reward)
+        elif is_failed(outcome.reward, outcome.error_type):
+            self.failed += 1
+        if outcome.cost is not None:
+            self.costs.append(outcome.cost)
+
+    @property
+    def completed(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / len(self.rewards) if self.rewards else None
+
+    @property
+    def mean_reward(self) -> float | None:
+        return compute_metric(MetricType.MEAN, self.rewards)
+
+    @property
+    def total_cost(self) -> float | None:
+        return math.fsum(self.costs) if self.costs else None
+
+    def agent_summary(self) -> AgentSummary:
+        return AgentSummary(
+            total_trials=self.total,
+            completed_trials=self.completed,
+            failed_trials=self.failed,
+            pass_rate=self.pass_rate,
+            mean_reward=self.mean_reward,
+            total_cost=self.total_cost,
+        )
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A job's figures without the per-trial list: what the RolloutJob status shows."""
+
+    total_trials: int
+    completed_trials: int
+    failed_trials: int
+    pass_rate: float | None
+    mean_reward: float | None
+    total_cost: float | None
+    agents: dict[str, AgentSummary]
+    metrics: list[MetricValue]
+
+
+def _outcome(trial: TrialResult | TrialOutcome) -> TrialOutcome:
+    return trial if isinstance(trial, TrialOutcome) else TrialOutcome.from_result(trial)
+
+
+def summarize(
+    trials: Iterable[TrialResult | TrialOutcome], *, metrics: Sequence[MetricType] = ()
+) -> JobSummary:
+    """Count the trials once, O(n): the job's figures, each agent's, and the configured metrics.
+
+    Agents appear in the order their first trial appears (the enumeration order puts agents
+    first, so this is job.yaml's order). Pass every trial of the job, finished or not, so that
+    `total_trials` counts them all.
+    """
+    job = _Tally()
+    agents: dict[str, _Tally] = {}
+    for trial in trials:
+        outcome = _outcome(trial)
+        job.add(outcome)
+        tally = agents.get(outcome.agent_name)
+        if tally is None:
+            tally = agents[outcome.agent_name] = _Tally()
+        tally.add(outcome)
+    return JobSummary(
+        total_trials=job.total,
+        completed_trials=job.completed,
+        failed_trials=job.failed,
+        pass_rate=job.pass_rate,
+        mean_reward=job.mean_reward,
+        total_cost=job.total_cost,
+        agents={name: tally.agent_summary() for name, tally in agents.items()},
+        metrics=[MetricValue(type=m, value=compute_metric(m, job.rewards)) for m in metrics],
+    )
+
+
+def aggregate(
+    job_name: str,
+    trials: Iterable[TrialResult | TrialOutcome],
+    *,
+    metrics: Sequence[MetricType] = (),
+    started_at: datetime | None = None,
+    ended_at: datetime | None = None,
+) -> JobResult:
+    """The job's result.json from its trials, listed in trial order.
+
+    `started_at`/`ended_at` are the job's own (the operator and the CLI know them); nothing is
+    guessed from the trials, because a running job has no end yet. Use `trial_span` to get them
+    from trial result files when rebuilding a finished job's result. `total_duration_sec` is
+    `ended_at - started_at` when both are known and null otherwise: a sum of trial durations would
+    measure compute time, not the job's duration, once trials run concurrently.
+    `metrics` are the job.yaml metrics; with none, the file has no `metrics` key.
+    """
+    listed: list[TrialOutcome] = [_outcome(t) for t in trials]
+    summary = summarize(listed, metrics=metrics)
+    duration: float | None = None
+    if started_at is not None and ended_at is not None:
+        duration = (ended_at - started_at).total_seconds()
+        if duration < 0:
+            raise ValueError(f"job {job_name!r} ends ({ended_at}) before it starts ({started_at})")
+    return JobResult(
+        job_name=job_name,
+        total_trials=summary.total_trials,
+        completed_trials=summary.completed_trials,
+        failed_trials=summary.failed_trials,
+        pass_rate=summary.pass_rate,
+        mean_reward=summary.mean_reward,
+        total_cost=summary.total_cost,
+        total_duration_sec=duration,
+        started_at=started_at,
+        ended_at=ended_at,
+        agents=summary.agents,
+        results=[
+            TrialSummary(
+                task_name=o.task_name,
+                dataset_name=o.dataset_name,
+                agent_name=o.agent_name,
+                attempt=o.attempt,
+                reward=o.reward,
+            )
+            for o in listed
+        ],
+        metrics=summary.metrics if metrics else None,
+    )
+
+
+def trial_span(trials: Iterable[TrialResult]) -> tuple[datetime | None, datetime | None]:
+    """The earliest trial start and the latest trial end, for a job rebuilt from its trial files."""
+    first: datetime | None = None
+    last: datetime | None = None
+    for trial in trials:
+        started, ended = trial.timestamps.started_at, trial.timestamps.ended_at
+        if started is not None and (first is None or started < first):
+            first = started
+        if ended is not None and (last is None or ended > last):
+            last = ended
+    return first, last

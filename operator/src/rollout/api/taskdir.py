@@ -1,0 +1,260 @@
+"""A task directory on disk: loading and checking it, and hashing its content.
+
+A task is a directory holding instruction.md, task.toml, environment/ and tests/test.sh, with
+solution/solve.sh optional (only the oracle agent needs it). Loading checks every required file
+and reports every problem at once, so that an author fixes a task in one round.
+
+The content hashes identify a task (and its environment/, which names the built image) by what
+is in it, the same on every machine: relative POSIX paths in sorted order, the executable bit (not
+the full mode, not the owner), symlink targets and file bytes; never timestamps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from rollout.api.errors import ErrorType, InvalidInput, Problem
+from rollout.api.task import TaskConfig, load_task_config
+
+INSTRUCTION = "instruction.md"
+TASK_TOML = "task.toml"
+ENVIRONMENT = "environment"
+TEST_SCRIPT = "tests/test.sh"
+SOLUTION_SCRIPT = "solution/solve.sh"
+TASK_SHAPE = "a task is a directory with instruction.md, task.toml, environment/ and tests/test.sh"
+
+# Bump when the framing below changes, so that old and new hashes can never be confused.
+_HASH_VERSION = b"rollout-tree-v1\n"
+
+
+@dataclass(frozen=True)
+class Task:
+    """A loaded, valid task directory."""
+
+    name: str
+    """The task's name in trial names and result paths: its directory name (or registry name)."""
+    path: Path
+    config: TaskConfig
+    instruction: str
+    has_solution: bool
+
+    @property
+    def environment_dir(self) -> Path:
+        return self.path / ENVIRONMENT
+
+    @property
+    def dockerfile(self) -> Path:
+        return self.path / ENVIRONMENT / "Dockerfile"
+
+
+def load_task(path: str | Path, *, name: str | None = None) -> Task:
+    """Load and check a task directory; `name` defaults to the directory's name.
+
+    Raises InvalidInput with `task_not_found` when there is no directory at `path`, and with
+    `task_invalid` listing every missing or broken file otherwise.
+    """
+    path = Path(path).absolute()
+    if not os.path.lexists(path):
+        raise InvalidInput.one(
+            path, None, "task directory does not exist", ErrorType.TASK_NOT_FOUND
+        )
+    if not path.is_dir():
+        raise InvalidInput.one(
+            path, None, f"is not a directory ({TASK_SHAPE})", ErrorType.TASK_NOT_FOUND
+        )
+    problems: list[Problem] = []
+    instruction = _read_instruction(path / INSTRUCTION, problems)
+    config = _read_config(path / TASK_TOML, problems)
+    _expect(path / ENVIRONMENT, "dir", problems, "holds the environment definition (Dockerfile)")
+    _expect(path / "tests", "dir", problems, "holds tests/test.sh, which the verifier runs")
+    if (path / "tests").is_dir():
+        _expect(path / TEST_SCRIPT, "file", problems, "the verifier runs it")
+    solution = path / SOLUTION_SCRIPT
+    if os.path.lexists(solution) and not solution.is_file():
+        problems.append(Problem(str(solution), None, f"is {_describe(solution)}, expected a file"))
+    if problems or config is None or instruction is None:
+        raise InvalidInput(problems, ErrorType.TASK_INVALID)
+    return Task(
+        name=name or _directory_name(path),
+        path=path,
+        config=config,
+        instruction=instruction,
+        has_solution=solution.is_file(),
+    )
+
+
+def require_oracle_solution(task: Task) -> None:
+    """Refuse to run the oracle agent on a task that has no solution/solve.sh."""
+    if not task.has_solution:
+        raise InvalidInput.one(
+            task.path / SOLUTION_SCRIPT,
+            None,
+            "missing: the oracle agent needs solution/solve.sh",
+            ErrorType.TASK_INVALID,
+        )
+
+
+def looks_like_task(path: Path) -> bool:
+    """True for a directory with any part of a task in it, so that a broken task is reported."""
+    markers = (INSTRUCTION, TASK_TOML, ENVIRONMENT, "tests", "solution")
+    return path.is_dir() and any(os.path.lexists(path / m) for m in markers)
+
+
+def _read_instruction(path: Path, problems: list[Problem]) -> str | None:
+    if not _expect(path, "file", problems, "the agent's instruction"):
+        return None
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        problems.append(Problem(str(path), None, f"not UTF-8 text ({err.reason})"))
+        return None
+    except OSError as err:
+        problems.append(Problem(str(path), None, f"cannot be read: {err.strerror or err}"))
+        return None
+    if not text.strip():
+        problems.append(Problem(str(path), None, "is empty: the agent would get no instruction"))
+        return None
+    return text
+
+
+def _read_config(path: Path, problems: list[Problem]) -> TaskConfig | None:
+    if not _expect(path, "file", problems, "the task's configuration"):
+        return None
+    try:
+        return load_task_config(path)
+    except InvalidInput as err:
+        problems.extend(err.problems)
+        return None
+
+
+def _expect(path: Path, kind: str, problems: list[Problem], purpose: str) -> bool:
+    """Check `path` is a file or a directory; record a problem saying what it is instead."""
+    ok = path.is_dir() if kind == "dir" else path.is_file()
+    if ok:
+        return True
+    found = _describe(path)
+    wanted = "a directory" if kind == "dir" else "a file"
+    if found == "missing":
+        problems.append(Problem(str(path), None, f"missing ({purpose})"))
+    else:
+        problems.append(Problem(str(path), None, f"is {found}, expected {wanted} ({purpose})"))
+    return False
+
+
+def _describe(path: Path) -> str:
+    if not os.path.lexists(path):
+        return "missing"
+    if path.is_symlink() and not path.exists():
+        return "a broken symbolic link"
+    if path.is_dir():
+        return "a directory"
+    if path.is_file():
+        return "a file"
+    return "not a regular file or directory"
+
+
+def _directory_name(path: Path) -> str:
+    return path.name if path.name not in ("", ".", "..") else path.resolve().name
+
+
+# --- Content hashes -------------------------------------------------------------------------
+
+
+class EntryKind(StrEnum):
+    DIRECTORY = "d"
+    FILE = "f"
+    SYMLINK = "l"
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry below a root, in the form both the hash and the task archive use."""
+
+    path: str
+    """Relative POSIX path from the root."""
+    kind: EntryKind
+    executable: bool
+    """The owner's executable bit, for files only; the rest of the mode is not content."""
+    link_target: str | None
+    source: Path
+    """Where the entry is on this machine."""
+
+
+def walk_tree(root: Path) -> list[TreeEntry]:
+    """Every entry below `root` (not following symlinks), sorted by path bytes.
+
+    Sorting whole paths keeps every directory before its contents. Anything other than a
+    directory, a regular file or a symlink (a socket, a device) is refused.
+    """
+    entries: list[TreeEntry] = []
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        with os.scandir(directory) as scan:
+            for item in scan:
+                source = Path(item.path)
+                rel = source.relative_to(root).as_posix()
+                mode = item.stat(follow_symlinks=False).st_mode
+                if stat.S_ISLNK(mode):
+                    target = os.readlink(source)
+                    entries.append(TreeEntry(rel, EntryKind.SYMLINK, False, target, source))
+                elif stat.S_ISDIR(mode):
+                    entries.append(TreeEntry(rel, EntryKind.DIRECTORY, False, None, source))
+                    pending.append(source)
+                elif stat.S_ISREG(mode):
+                    executable = bool(mode & stat.S_IXUSR)
+                    entries.append(TreeEntry(rel, EntryKind.FILE, executable, None, source))
+                else:
+                    raise InvalidInput.one(
+                        source,
+                        None,
+                        "is not a regular file, directory or symbolic link",
+                        ErrorType.TASK_INVALID,
+                    )
+    entries.sort(key=lambda e: os.fsencode(e.path))
+    return entries
+
+
+def tree_hash(root: str | Path) -> str:
+    """sha256 hex of the tree below `root`: paths, kinds, exec bits, link targets, file bytes.
+
+    Every variable-length field is length-prefixed and file bytes enter as their own sha256, so
+    no two different trees can produce the same stream of bytes.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise InvalidInput.one(root, None, "is not a directory", ErrorType.TASK_INVALID)
+    digest = hashlib.sha256(_HASH_VERSION)
+    for entry in walk_tree(root):
+        digest.update(_framed(entry.kind.value.encode()))
+        digest.update(_framed(os.fsencode(entry.path)))
+        if entry.kind is EntryKind.FILE:
+            digest.update(_framed(b"x" if entry.executable else b"-"))
+            digest.update(_framed(_file_digest(entry.source)))
+        elif entry.kind is EntryKind.SYMLINK:
+            digest.update(_framed(os.fsencode(entry.link_target or "")))
+    return digest.hexdigest()
+
+
+def task_content_hash(path: str | Path) -> str:
+    """Content hash of a whole task directory."""
+    return tree_hash(path)
+
+
+def environment_hash(path: str | Path) -> str:
+    """Content hash of the task's environment/ alone: what a built image depends on."""
+    return tree_hash(Path(path) / ENVIRONMENT)
+
+
+def _framed(data: bytes) -> bytes:
+    return len(data).to_bytes(8, "big") + data
+
+
+def _file_digest(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").digest()

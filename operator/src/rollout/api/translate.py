@@ -1,0 +1,355 @@
+"""job.yaml <-> RolloutJob: the one translation between the user's file and the cluster resource.
+
+Pure functions: the caller (the CLI) resolves and publishes the datasets, passes their refs in, and
+applies what comes out.
+
+Secrets. An agent env value with `${VAR}` never appears in the RolloutJob: its resolved value goes
+into ONE Secret per job (`<resource name>-agent-env`), and the env var becomes a
+`valueFrom.secretKeyRef` into it. The Secret's keys are `<agent>.<KEY>` (the agent name made safe
+for a Secret key, with a hash of the real name when it had to change), so two agents' same key do
+not clash. Literal values stay literal `value`s.
+
+Giving job.yaml back. Kubernetes' EnvVar has no field for "this came from ${VAR}", so the RolloutJob
+carries the job.yaml text of every Secret-backed value in the annotation
+`rollout.dev/agent-env` (JSON: `{agent: {KEY: "${VAR}"}}`). It holds variable references as the
+user wrote them, never values. `rollout_job_to_job` puts that text back.
+
+Names. metadata.name must be a DNS-1123 label; job names like `2025-01-15__10-30-00` or `My Eval`
+are not. `resource_name` lowercases, replaces every other character run with `-` and, when that
+changed anything or the name is too long, appends a short hash of the original, so two job names
+never share a resource name. The job's own name stays in `spec.jobName`: storage uses it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rollout.api.errors import InvalidInput, Problem
+from rollout.api.job import (
+    JobAgent,
+    JobConfig,
+    JobDataset,
+    JobEnvironment,
+    JobMetric,
+    JobVerifier,
+    env_references,
+    resolve_agent_env,
+    validation_problems,
+)
+from rollout.api.resources import (
+    LABEL_JOB,
+    AgentSpec,
+    DatasetRef,
+    EnvVar,
+    EnvVarSource,
+    JobEnvironmentSpec,
+    JobVerifierSpec,
+    MetricSpec,
+    ObjectMeta,
+    PodOverrides,
+    RolloutJob,
+    RolloutJobSpec,
+    SecretKeySelector,
+    StorageSpec,
+)
+
+AGENT_ENV_ANNOTATION = "rollout.dev/agent-env"
+"""Annotation with the job.yaml text of Secret-backed agent env values: {agent: {KEY: text}}."""
+
+AGENT_ENV_SECRET_SUFFIX = "-agent-env"  # noqa: S105 - a name, not a password
+MAX_RESOURCE_NAME = 63
+"""A DNS-1123 label: fits metadata.name, the `rollout.dev/job` label value and child names."""
+
+_HASH_LENGTH = 8
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NOT_DNS = re.compile(r"[^a-z0-9]+")
+_NOT_SECRET_KEY = re.compile(r"[^-_a-zA-Z0-9]+")
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:_HASH_LENGTH]
+
+
+def resource_name(job_name: str) -> str:
+    """A DNS-1123 label for the RolloutJob of `job_name`: the name itself when it is one,
+    otherwise a cleaned-up name with a hash of the original (`My Eval` -> `my-eval-1a2b3c4d`)."""
+    if len(job_name) <= MAX_RESOURCE_NAME and _DNS_LABEL.match(job_name):
+        return job_name
+    suffix = _short_hash(job_name)
+    base = _NOT_DNS.sub("-", job_name.lower()).strip("-")
+    base = base[: MAX_RESOURCE_NAME - _HASH_LENGTH - 1].rstrip("-")
+    return f"{base}-{suffix}" if base else f"job-{suffix}"
+
+
+def agent_env_secret_name(rollout_job_name: str) -> str:
+    """The name of the job's agent env Secret."""
+    return f"{rollout_job_name}{AGENT_ENV_SECRET_SUFFIX}"
+
+
+def secret_key(agent_name: str, env_key: str) -> str:
+    """The Secret key holding `agent`'s `env_key`: `<agent>.<KEY>`, valid as a Secret key.
+
+    Env keys have no dot, so the dot separates unambiguously; an agent name that had to be
+    changed gets a hash of the original, so two agents never share a key.
+    """
+    safe = _NOT_SECRET_KEY.sub("-", agent_name)
+    if safe != agent_name:
+        safe = f"{safe}-{_short_hash(agent_name)}"
+    return f"{safe}.{env_key}"
+
+
+def job_to_rollout_job(
+    job: JobConfig,
+    *,
+    namespace: str,
+    datasets: Sequence[DatasetRef],
+    environ: Mapping[str, str],
+    storage: StorageSpec | None = None,
+    runner_image: str | None = None,
+    secret_name: str | None = None,
+    pod_overrides: PodOverrides | None = None,
+    max_infra_retries: int = 2,
+    suspend: bool = False,
+    ttl_seconds_after_finished: int | None = None,
+    name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    file: str | Path = "job.yaml",
+) -> tuple[RolloutJob, dict[str, Any] | None]:
+    """The RolloutJob for `job`, and the Secret its agent env needs (None when no value has
+    `${VAR}`).
+
+    `datasets` are the job's datasets as published to storage, in job.yaml's order (one per
+    entry); a ref without `source` gets the job.yaml entry. `environ` resolves `${VAR}`; an unset
+    variable is an InvalidInput naming the agent, the key and the variable. Without `name`, the
+    resource is named `resource_name(job.name)`.
+    """
+    if len(datasets) != len(job.datasets):
+        raise ValueError(
+            f"{len(job.datasets)} datasets in the job but {len(datasets)} dataset refs given"
+        )
+    resolved = resolve_agent_env(job, environ, file=file)
+    rj_name = name or resource_name(job.name)
+    secret = secret_name or agent_env_secret_name(rj_name)
+
+    secret_data: dict[str, str] = {}
+    templates: dict[str, dict[str, str]] = {}
+    agents: list[AgentSpec] = []
+    for agent in job.agents:
+        env: list[EnvVar] = []
+        for key, text in agent.env.items():
+            if env_references(text):
+                data_key = secret_key(agent.name, key)
+                secret_data[data_key] = resolved[agent.name][key]
+                templates.setdefault(agent.name, {})[key] = text
+                selector = SecretKeySelector(name=secret, key=data_key)
+                env.append(EnvVar(name=key, value_from=EnvVarSource(secret_key_ref=selector)))
+            else:
+                env.append(EnvVar(name=key, value=text))
+        agents.append(
+            AgentSpec(
+                name=agent.name,
+                description=agent.description,
+                install=agent.install,
+                execute=agent.execute,
+                env=env,
+            )
+        )
+
+    refs = [
+        ref if ref.source is not None else ref.model_copy(update={"source": source})
+        for ref, source in zip(datasets, job.datasets, strict=True)
+    ]
+    annotations = {AGENT_ENV_ANNOTATION: _compact_json(templates)} if templates else {}
+    job_labels = {**(labels or {}), LABEL_JOB: rj_name}
+    try:
+        spec = RolloutJobSpec(
+            job_name=job.name,
+            jobs_dir=job.jobs_dir,
+            n_attempts=job.n_attempts,
+            n_concurrent_trials=job.n_concurrent_trials,
+            timeout_multiplier=job.timeout_multiplier,
+            log_level=job.log_level,
+            instruction_path=job.instruction_path,
+            environment=JobEnvironmentSpec(
+                type=job.environment.type,
+                force_build=job.environment.force_build,
+                preserve_env=job.environment.preserve_env,
+                override_cpus=job.environment.override_cpus,
+                override_memory=job.environment.override_memory,
+                override_storage=job.environment.override_storage,
+            ),
+            verifier=JobVerifierSpec(
+                override_timeout_sec=job.verifier.override_timeout_sec,
+                max_timeout_sec=job.verifier.max_timeout_sec,
+                disable=job.verifier.disable,
+            ),
+            metrics=[MetricSpec(type=m.type) for m in job.metrics],
+            agents=agents,
+            datasets=refs,
+            storage=storage,
+            runner_image=runner_image,
+            pod=pod_overrides or PodOverrides(),
+            max_infra_retries=max_infra_retries,
+            suspend=suspend,
+            ttl_seconds_after_finished=ttl_seconds_after_finished,
+        )
+    except ValidationError as err:
+        # e.g. two datasets that resolve to the same name: report it against job.yaml's fields.
+        raise InvalidInput(validation_problems(err, file, RolloutJobSpec)) from None
+    rollout_job = RolloutJob(
+        metadata=ObjectMeta(
+            name=rj_name, namespace=namespace, labels=job_labels, annotations=annotations
+        ),
+        spec=spec,
+    )
+    if not secret_data:
+        return rollout_job, None
+    return rollout_job, agent_env_secret(
+        secret, namespace=namespace, data=secret_data, labels=job_labels
+    )
+
+
+def agent_env_secret(
+    name: str, *, namespace: str, data: Mapping[str, str], labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """The Secret manifest holding resolved agent env values (base64 in `data`, as the API
+    stores them). The caller adds an ownerReference to the RolloutJob once that exists."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "type": "Opaque",
+        "data": {
+            key: base64.b64encode(value.encode()).decode("ascii")
+            for key, value in sorted(data.items())
+        },
+    }
+
+
+def rollout_job_to_job(rollout_job: RolloutJob | Mapping[str, Any]) -> JobConfig:
+    """The job.yaml a RolloutJob came from: literal env values as they are, Secret-backed ones as
+    the `${VAR}` text recorded in the `rollout.dev/agent-env` annotation.
+
+    A RolloutJob without a job.yaml form (an env var from a Secret of the user's own, a dataset
+    without `source`) is an InvalidInput naming the field.
+    """
+    rj = _as_rollout_job(rollout_job)
+    where = f"RolloutJob {rj.metadata.namespace or ''}/{rj.metadata.name or ''}".replace(" /", " ")
+    templates = _annotation_templates(rj, where)
+    problems: list[Problem] = []
+
+    agents: list[JobAgent] = []
+    for a_index, agent in enumerate(rj.spec.agents):
+        env: dict[str, str] = {}
+        for e_index, var in enumerate(agent.env):
+            text = templates.get(agent.name, {}).get(var.name)
+            if var.value_from is not None and text is not None:
+                env[var.name] = text
+            elif var.value_from is None:
+                env[var.name] = var.value or ""
+            else:
+                problems.append(
+                    Problem(
+                        where,
+                        f"spec.agents[{a_index}].env[{e_index}]",
+                        f"{var.name} comes from a Secret with no ${{VAR}} recorded in the "
+                        f"{AGENT_ENV_ANNOTATION} annotation; job.yaml cannot express it",
+                    )
+                )
+        agents.append(
+            JobAgent(
+                name=agent.name,
+                description=agent.description,
+                install=agent.install,
+                execute=agent.execute,
+                env=env,
+            )
+        )
+
+    datasets: list[JobDataset] = []
+    for index, ref in enumerate(rj.spec.datasets):
+        if ref.source is None:
+            problems.append(
+                Problem(
+                    where,
+                    f"spec.datasets[{index}].source",
+                    f"dataset {ref.name!r} has no source (path or registry) to put in job.yaml",
+                )
+            )
+        else:
+            datasets.append(ref.source)
+    if problems:
+        raise InvalidInput(problems)
+
+    spec = rj.spec
+    try:
+        return JobConfig(
+            name=rj.job_name,
+            jobs_dir=spec.jobs_dir,
+            n_attempts=spec.n_attempts,
+            n_concurrent_trials=spec.n_concurrent_trials,
+            timeout_multiplier=spec.timeout_multiplier,
+            log_level=spec.log_level,
+            instruction_path=spec.instruction_path,
+            environment=JobEnvironment(
+                type=spec.environment.type,
+                force_build=spec.environment.force_build,
+                preserve_env=spec.environment.preserve_env,
+                override_cpus=spec.environment.override_cpus,
+                override_memory=spec.environment.override_memory,
+                override_storage=spec.environment.override_storage,
+            ),
+            verifier=JobVerifier(
+                override_timeout_sec=spec.verifier.override_timeout_sec,
+                max_timeout_sec=spec.verifier.max_timeout_sec,
+                disable=spec.verifier.disable,
+            ),
+            metrics=[JobMetric(type=m.type) for m in spec.metrics],
+            agents=agents,
+            datasets=datasets,
+        )
+    except ValidationError as err:
+        raise InvalidInput(validation_problems(err, where, JobConfig)) from None
+
+
+def _as_rollout_job(value: RolloutJob | Mapping[str, Any]) -> RolloutJob:
+    if isinstance(value, RolloutJob):
+        return value
+    metadata = value.get("metadata") or {}
+    where = f"RolloutJob {metadata.get('namespace', '')}/{metadata.get('name', '')}"
+    try:
+        return RolloutJob.model_validate(dict(value))
+    except ValidationError as err:
+        raise InvalidInput(validation_problems(err, where, RolloutJob)) from None
+
+
+def _annotation_templates(rj: RolloutJob, where: str) -> dict[str, dict[str, str]]:
+    raw = rj.metadata.annotations.get(AGENT_ENV_ANNOTATION)
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        field = f"metadata.annotations.{AGENT_ENV_ANNOTATION}"
+        raise InvalidInput.one(where, field, f"not valid JSON: {err.msg}") from None
+    valid = isinstance(data, dict) and all(
+        isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
+        for env in data.values()
+    )
+    if not valid:
+        field = f"metadata.annotations.{AGENT_ENV_ANNOTATION}"
+        raise InvalidInput.one(where, field, "must map agent names to {KEY: text}")
+    templates: dict[str, dict[str, str]] = data
+    return templates
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,190 @@
+"""Which trials a job has, in which order, and the Kubernetes names and labels they get.
+
+Enumeration follows the seed: for each agent, for each dataset, for each task in the dataset, for
+each attempt 1..n_attempts. It takes plain names, not the job model, so the operator, the CLI and
+the tests share it without pulling in job.yaml.
+
+Resource names are derived only from (job, agent, dataset, task, attempt), so a restarted operator
+computes the same names and re-creates nothing. A name is readable (sanitised, shortened parts) and
+ends in a hash of the exact tuple, so names that sanitise alike ("My Agent" and "my-agent", long
+names sharing a prefix, names differing only in punctuation) still differ.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+MAX_NAME_LENGTH = 63
+"""DNS-1123 label limit, which Pod names, label values and hostnames all respect."""
+
+HASH_LENGTH = 12
+"""Characters of hash in a name: 12 base32 characters are 60 bits, so even 100,000 trials whose
+readable parts coincide collide with a chance of about 1 in 200 million."""
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
+_NOT_DNS = re.compile(r"[^a-z0-9]+")
+_NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class TrialKey:
+    """One trial of a job: (agent, dataset, task, attempt), and its place in the job's order.
+
+    Two keys are equal when the four names are; `index` is where enumeration put the trial.
+    """
+
+    agent: str
+    dataset: str
+    task: str
+    attempt: int
+    index: int = field(default=0, compare=False)
+
+    @property
+    def trial_dir_name(self) -> str:
+        """The trial's directory under `<agent>/<dataset>/`: `<task>__<attempt>`."""
+        return trial_dir_name(self.task, self.attempt)
+
+
+def trial_dir_name(task: str, attempt: int) -> str:
+    """`<task>__<n>`, as the seed names a trial's directory."""
+    return f"{task}__{attempt}"
+
+
+def _no_duplicates(kind: str, names: Sequence[str], where: str = "") -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{kind} {name!r} appears twice{where}: its trials would collide")
+        seen.add(name)
+
+
+def enumerate_trials(
+    agent_names: Sequence[str],
+    datasets: Sequence[tuple[str, Sequence[str]]],
+    n_attempts: int,
+) -> list[TrialKey]:
+    """Every trial of a job in the seed's order: agent, dataset, task (in the dataset's order),
+    attempt 1..n_attempts.
+
+    `datasets` is a list of (dataset name, task names). Duplicate agents, datasets or tasks within a
+    dataset are a ValueError: two trials would share a result directory and a resource name.
+    """
+    if n_attempts < 1:
+        raise ValueError(f"n_attempts must be at least 1, not {n_attempts}")
+    _no_duplicates("agent", agent_names)
+    _no_duplicates("dataset", [name for name, _ in datasets])
+    for dataset, tasks in datasets:
+        _no_duplicates("task", tasks, f" in dataset {dataset!r}")
+    keys: list[TrialKey] = []
+    for agent in agent_names:
+        for dataset, tasks in datasets:
+            for task in tasks:
+                for attempt in range(1, n_attempts + 1):
+                    keys.append(TrialKey(agent, dataset, task, attempt, index=len(keys)))
+    return keys
+
+
+def _digest(*parts: str | int) -> str:
+    """A short hash of the exact values (JSON-encoded, so ("a-b", "c") and ("a", "b-c") differ)."""
+    encoded = json.dumps(list(parts), ensure_ascii=True).encode()
+    raw = base64.b32encode(hashlib.sha256(encoded).digest()).decode()
+    return raw[:HASH_LENGTH].lower()
+
+
+def _dns_part(value: str) -> str:
+    """Lowercase alphanumerics with single dashes between; may be empty (e.g. all unicode)."""
+    return _NOT_DNS.sub("-", value.lower()).strip("-")
+
+
+def _fit(parts: list[str], budget: int) -> list[str]:
+    """Cut the parts to a common maximum length, the largest with which they and the dashes
+    between them fit in `budget`: long parts are shortened first and short ones kept whole."""
+    parts = [p for p in parts if p]
+
+    def length(cap: int) -> int:
+        return sum(min(len(p), cap) for p in parts) + len(parts) - 1
+
+    low, high = 1, max(map(len, parts), default=1)
+    if length(high) <= budget:
+        return parts  # the common case: nothing to cut
+    if length(1) > budget:
+        raise ValueError("no room for a readable name")
+    while low < high:  # the largest cap that fits; length() grows with the cap
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if length(mid) <= budget else (low, mid - 1)
+    cap = low
+    # A part cut in the middle of "a-b" could end in a dash; a part never starts with one.
+    return [p[:cap].rstrip("-") for p in parts]
+
+
+def trial_resource_name(job: str, agent: str, dataset: str, task: str, attempt: int) -> str:
+    """The RolloutTrial's name: a DNS-1123 label, readable, unique per (job, ..., attempt).
+
+    `<job>-<agent>-<dataset>-<task>-<attempt>-<hash>`, the name parts shortened as needed.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be at least 1, not {attempt}")
+    digest = _digest(job, agent, dataset, task, attempt)
+    tail = f"{attempt}-{digest}"
+    parts = _fit(
+        [_dns_part(job), _dns_part(agent), _dns_part(dataset), _dns_part(task)],
+        MAX_NAME_LENGTH - len(tail) - 1,
+    )
+    return "-".join([*parts, tail])
+
+
+def child_name(parent: str, suffix: str) -> str:
+    """`<parent>-<suffix>` as a DNS-1123 label, e.g. a trial's Pod or build Job.
+
+    A parent that is not a DNS label or too long for the suffix is shortened and given a hash of
+    its full name, so children of different parents never share a name.
+    """
+    if not is_dns_label(suffix) or len(suffix) > MAX_NAME_LENGTH - HASH_LENGTH - 2:
+        raise ValueError(f"child name suffix {suffix!r} must be a short DNS label")
+    if is_dns_label(parent) and len(parent) + 1 + len(suffix) <= MAX_NAME_LENGTH:
+        return f"{parent}-{suffix}"
+    tail = f"{_digest(parent)}-{suffix}"
+    head = _dns_part(parent)[: MAX_NAME_LENGTH - len(tail) - 1].rstrip("-")
+    return f"{head}-{tail}" if head else tail
+
+
+def is_dns_label(value: str) -> bool:
+    """Whether `value` is a valid DNS-1123 label (Kubernetes object and Pod names)."""
+    return len(value) <= MAX_NAME_LENGTH and _DNS_LABEL.match(value) is not None
+
+
+def is_label_value(value: str) -> bool:
+    """Whether `value` is a valid Kubernetes label value."""
+    return len(value) <= MAX_NAME_LENGTH and _LABEL_VALUE.match(value) is not None
+
+
+def label_value(value: str) -> str:
+    """`value` as a label value for `rollout.dev/job|trial|agent|dataset|task`.
+
+    A valid value is kept as it is, so `kubectl get rt -l rollout.dev/agent=oracle` works. Any
+    other value is sanitised, shortened and given a hash of the original, so two names that
+    sanitise alike still get different labels.
+    """
+    if is_label_value(value):
+        return value
+    digest = _digest(value)
+    head = _NOT_LABEL.sub("-", value)[: MAX_NAME_LENGTH - len(digest) - 1]
+    head = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", head)
+    return f"{head}-{digest}" if head else digest
+
+
+def trial_labels(job: str, key: TrialKey, trial_name: str) -> dict[str, str]:
+    """The labels every child of a trial carries."""
+    return {
+        "rollout.dev/job": label_value(job),
+        "rollout.dev/trial": label_value(trial_name),
+        "rollout.dev/agent": label_value(key.agent),
+        "rollout.dev/dataset": label_value(key.dataset),
+        "rollout.dev/task": label_value(key.task),
+    }

@@ -1,0 +1,60 @@
+"""Object storage: an S3-compatible bucket (AWS S3, MinIO, GCS interop) through boto3.
+
+Every call is retried by one policy (tenacity, `RetryPolicy`): throttling, 5xx and broken
+connections are retried with exponential backoff and full jitter, bounded in attempts and in
+total time; any other answer (403, 404, NoSuchBucket, ...) fails at once. Failures raise
+`StorageError` (`ObjectNotFound` for a missing object), whose message names the operation, the
+object, the endpoint and the last error, and never a credential. Retries are logged at WARNING
+on the "rollout.storage" logger.
+
+Keys are full keys; `ObjectStore.key(*parts)` joins parts under the configured prefix, e.g.
+`store.key("jobs", job, "result.json")`.
+
+Configuration from the environment (`StorageSettings.from_env`), the contract with the Helm chart
+and with the trial Pod the operator renders; empty values count as unset:
+
+    ROLLOUT_STORAGE_BUCKET           bucket for datasets and results (required)
+    ROLLOUT_STORAGE_PREFIX           key prefix for everything of ours (default: none)
+    ROLLOUT_STORAGE_ENDPOINT         endpoint URL, e.g. http://minio:9000 (default: AWS S3)
+    ROLLOUT_STORAGE_REGION           region to sign for (default: AWS_REGION,
+                                     AWS_DEFAULT_REGION, then us-east-1)
+    ROLLOUT_STORAGE_PATH_STYLE       true/false: path-style addressing, as MinIO needs
+                                     (default: false)
+    ROLLOUT_STORAGE_CREDENTIALS_DIR  a mounted Secret directory with the files AWS_ACCESS_KEY_ID,
+                                     AWS_SECRET_ACCESS_KEY and optionally AWS_SESSION_TOKEN
+
+Without ROLLOUT_STORAGE_CREDENTIALS_DIR the credentials are the AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN variables when set, else boto3's default chain
+(IRSA web identity, instance profile, ...). Credentials are held as pydantic SecretStr and never
+logged.
+"""
+
+from rollout.storage.retry import ObjectNotFound, RetryPolicy, RetryStats, StorageError
+from rollout.storage.settings import (
+    ENV_BUCKET,
+    ENV_CREDENTIALS_DIR,
+    ENV_ENDPOINT,
+    ENV_PATH_STYLE,
+    ENV_PREFIX,
+    ENV_REGION,
+    StorageSettings,
+    read_credentials_dir,
+)
+from rollout.storage.store import ObjectStore, join_key
+
+__all__ = [
+    "ENV_BUCKET",
+    "ENV_CREDENTIALS_DIR",
+    "ENV_ENDPOINT",
+    "ENV_PATH_STYLE",
+    "ENV_PREFIX",
+    "ENV_REGION",
+    "ObjectNotFound",
+    "ObjectStore",
+    "RetryPolicy",
+    "RetryStats",
+    "StorageError",
+    "StorageSettings",
+    "join_key",
+    "read_credentials_dir",
+]

@@ -1,0 +1,207 @@
+"""A real S3 endpoint on loopback for tests: moto's server mode in a subprocess.
+
+`S3Server` starts the server on 127.0.0.1 on a free port, waits (with a deadline) until it accepts
+connections, and can be stopped and started again on the same port to simulate an outage. moto
+keeps its state in memory, so a restarted server has forgotten every bucket; `start(buckets=...)`
+creates buckets *before* the port opens, so that a client retrying through an outage never sees a
+window in which the endpoint answers but its bucket does not exist yet.
+
+Run as a script this file is the subprocess itself (`python tests/s3server.py --port N`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+HOST = "127.0.0.1"
+# moto accepts any credentials unless authentication is switched on (see `enable_auth`).
+BOOTSTRAP_CREDENTIALS = {"aws_access_key_id": "bootstrap", "aws_secret_access_key": "bootstrap"}
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class S3Server:
+    """moto's S3 server in a subprocess on a fixed loopback port, restartable."""
+
+    def __init__(self, port: int | None = None, *, log_dir: Path | None = None) -> None:
+        self.port = port if port is not None else free_port()
+        self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="s3server-"))
+        self._log_path = self._log_dir / f"moto-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(
+        self, buckets: Iterable[str] = (), region: str = "us-east-1", timeout: float = 30.0
+    ) -> None:
+        """Start the server with `buckets` already created; return once it accepts connections."""
+        if self.running:
+            raise RuntimeError(f"the S3 server on port {self.port} is already running")
+        command = [sys.executable, str(Path(__file__).resolve()), "--port", str(self.port)]
+        command += ["--region", region]
+        for bucket in buckets:
+            command += ["--bucket", bucket]
+        with self._log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        deadline = time.monotonic() + timeout
+        while not _accepts_connections(self.port):
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"the S3 server on port {self.port} exited with {self._process.returncode}:\n"
+                    + self.log_tail()
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(
+                    f"the S3 server on port {self.port} did not open within {timeout} s:\n"
+                    + self.log_tail()
+                )
+            # Polling interval for the readiness check, not a synchronisation sleep.
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server; afterwards connections to its port are refused."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+    def restart(self, buckets: Iterable[str] = (), region: str = "us-east-1") -> None:
+        self.stop()
+        self.start(buckets, region)
+
+    def enable_auth(self) -> None:
+        """From now on the server checks signatures against the IAM users it knows.
+
+        Create the IAM user and its access key before calling this: afterwards every request,
+        IAM ones included, must be signed by a known key with a policy that allows it.
+        """
+        request = urllib.request.Request(
+            f"{self.endpoint_url}/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            # Not form-encoded, or the server reads the body as a form and finds no count.
+            headers={"Content-Type": "text/plain"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            json.loads(response.read())
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> S3Server:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def running_s3_server(buckets: Iterable[str] = ()) -> Iterator[S3Server]:
+    server = S3Server()
+    server.start(buckets)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _serve(port: int, buckets: list[str], region: str) -> None:
+    """The subprocess: create the buckets in moto's memory, then listen on `port` until SIGTERM."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    # moto's backends are process-wide, so buckets created through a private server on an
+    # ephemeral port exist on the public one too, and the public port opens only when they do.
+    if buckets:
+        private = ThreadedMotoServer(HOST, 0, verbose=False)
+        private.start()
+        private_host, private_port = private.get_host_and_port()
+        client = boto3.client(
+            "s3",
+            endpoint_url=f"http://{private_host}:{private_port}",
+            region_name=region,
+            **BOOTSTRAP_CREDENTIALS,
+        )
+        for bucket in buckets:
+            if region == "us-east-1":
+                client.create_bucket(Bucket=bucket)
+            else:
+                client.create_bucket(
+                    Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region}
+                )
+        private.stop()
+
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    server = ThreadedMotoServer(HOST, port, verbose=False)
+    server.start()
+    print(f"moto S3 server listening on {HOST}:{port}", flush=True)
+    stopped.wait()
+    server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--bucket", action="append", default=[])
+    parser.add_argument("--region", default="us-east-1")
+    args = parser.parse_args(argv)
+    # The server never calls out, but a proxy set in the environment must not catch loopback.
+    os.environ.setdefault("NO_PROXY", HOST)
+    _serve(args.port, args.bucket, args.region)
+
+
+if __name__ == "__main__":
+    main()
