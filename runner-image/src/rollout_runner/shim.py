@@ -1,0 +1,83 @@
+"""The shim: a small POSIX sh program that runs the runner's requests in the environment container.
+
+The trial Pod's `environment` container runs the task's image with `shim_command()` as its command,
+so the shim works on any image that has /bin/sh (dash, bash, busybox ash). The runner container
+cannot exec into it; everything it does there goes through files in the control directory, an
+emptyDir mounted at `CONTROL_DIR` in both containers. `ShimEnvironment` is the runner's side.
+
+Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
+
+- Ready: at start the shim creates `req/` and writes `ready` (temp file, then rename) with
+  `key=value` lines: `version`, `pid`, `dir` (the control directory as the shim sees it, for paths
+  in commands), `cwd` (the container's working directory), `setsid` (`setsid` or empty), `su` (the
+  tool used to switch user: `su`, `runuser`, `setpriv` or empty), `uid`.
+- Requests: the runner creates `req/<id>/` (ids sort in submission order), writes the request's
+  files into it, then renames `go.tmp` to `go`. The shim polls `req/*/go` every 0.05 s for about
+  2 s after a request and every 0.25 s when idle (every 1 s where `sleep` takes no fractions),
+  and claims a request by renaming `go` to `taken`; a runner that renames `go` away first has
+  cancelled the request before it started. `go` holds one line:
+  - `run`: run the command in `cmd` with `/bin/sh -c`. Optional files: `env` (lines
+    `export NAME='value'`, mode 0600, deleted by the shim before the command starts; the values
+    travel in the command's environment as `_RS_ENV` and are applied after any user switch, so
+    `su` cannot reset them), `user` (run as this user with su/runuser/setpriv), `cwd` (default:
+    the container's working directory). stdin is /dev/null; stdout and stderr go to `out` and
+    `err`. The command runs in a session of its own (`setsid`); its session id is written to
+    `pid` as soon as it starts. When the command's main process ends, its exit status (128+N
+    after signal N; 126 when the cwd or the user cannot be entered) is written to `rc`.
+  - `kill <id> <grace_ms>`: send TERM to every process of request `<id>`'s session (and, where
+    there is no setsid, to its process tree), wait up to `grace_ms` for them to go, then KILL
+    until none is left. `rc` 0 when none is left, 1 when some survived (their pids in `out`).
+  - `killall <grace_ms>`: the same for every process in the container except the shim itself,
+    its ancestors and its helper processes. Daemons that left their command's session die here.
+  - `exit <code>`: write `rc`, then the shim exits with `<code>` (the Pod then completes).
+  Every request ends with `rc`, written last through a rename, so its presence means done; the
+  runner then reads what it needs and deletes `req/<id>/`.
+- File transfer uses ordinary `run` requests: the runner copies into `xfer/<id>/` and the command
+  copies with `cp -RP` to the destination, or the other way round.
+
+The control directory must be visible to the runner and the shim only (the runner makes it 0700);
+whoever can write `req/` can run commands as the shim's user. The environment container must not
+share its process namespace with the runner: `killall` kills everything it can see.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+CONTROL_DIR = "/rollout"
+"""Where the control directory (an emptyDir) is mounted, in the runner and the environment."""
+
+PROTOCOL_VERSION = 1
+"""The `version` the shim writes to `ready`; the runner refuses a shim that speaks another."""
+
+READY_FILE = "ready"
+REQUESTS_DIR = "req"
+TRANSFER_DIR = "xfer"
+
+# Names of the files inside one request directory.
+GO_FILE = "go"
+GO_TEMP_FILE = "go.tmp"
+CANCELLED_FILE = "cancelled"
+COMMAND_FILE = "cmd"
+ENV_FILE = "env"
+USER_FILE = "user"
+CWD_FILE = "cwd"
+STDOUT_FILE = "out"
+STDERR_FILE = "err"
+PID_FILE = "pid"
+RC_FILE = "rc"
+
+SHIM_NAME = "rollout-shim"
+"""`$0` of the shim's shell, so that it is recognisable in `ps`."""
+
+MAX_ARGUMENT_BYTES = 128 * 1024 - 1
+"""Linux refuses one argument or environment string longer than this (MAX_ARG_STRLEN); the
+command and the encoded env each travel as one."""
+
+SHIM_TEXT: str = resources.files("rollout_runner").joinpath("shim.sh").read_text(encoding="utf-8")
+"""The shim's source, passed inline to `/bin/sh -c`."""
+
+
+def shim_command(control_dir: str = CONTROL_DIR) -> list[str]:
+    """The environment container's command: the shim, serving the control directory given."""
+    return ["/bin/sh", "-c", SHIM_TEXT, SHIM_NAME, control_dir]

@@ -1,0 +1,111 @@
+# rollout shim: runs the runner's requests found in the control dir $1.
+# POSIX sh (dash, bash --posix, busybox ash). The protocol is documented in rollout_runner/shim.py.
+C=${1:-/rollout}; Q=$C/req; W=$PWD; H=
+mkdir -p "$Q" || exit 125
+S=; command -v setsid >/dev/null 2>&1 && S=setsid
+if sleep 0.05 2>/dev/null; then P=0.05 D=50 L=0.25; else P=1 D=1000 L=1; fi
+U=; for u in su runuser setpriv; do command -v $u >/dev/null 2>&1 && { U=$u; break; }; done
+# The shim's own process group, and the shim with its ancestors: kill-all spares them.
+{ read -r l </proc/$$/stat; } 2>/dev/null; set -- ${l##*) }; G=$3
+X=" $$ "; p=$$
+while [ "${p:-0}" -gt 1 ] && { read -r l </proc/$p/stat; } 2>/dev/null; do
+  set -- ${l##*) }; p=$2; X="$X$p "
+done
+# The command's shell: the env arrives in _RS_ENV (after any su), the command in $1.
+I='e=$_RS_ENV; unset _RS_ENV; eval "$e"; exec /bin/sh -c "$1"'
+
+fin() { echo "$2" >"$1/rc.t" && mv "$1/rc.t" "$1/rc"; }
+
+run_() {
+  d=$1; w=$W; u=; e=; c=$(cat "$d/cmd")
+  [ -f "$d/cwd" ] && IFS= read -r w <"$d/cwd"
+  [ -f "$d/user" ] && read -r u <"$d/user"
+  [ -f "$d/env" ] && { e=$(cat "$d/env"); rm -f "$d/env"; }
+  (
+    cd "$w" || exit 126
+    _RS_ENV=$e; export _RS_ENV
+    case $u:$U in
+      :*) exec $S /bin/sh -c "$I" sh "$c" ;;
+      *:su) exec $S su -s /bin/sh "$u" -c "$I" sh "$c" ;;
+      *:runuser) exec $S runuser -u "$u" -- /bin/sh -c "$I" sh "$c" ;;
+      *:setpriv) exec $S setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups \
+        /bin/sh -c "$I" sh "$c" ;;
+    esac
+    echo "rollout-shim: no su, runuser or setpriv to run as $u" >&2; exit 126
+  ) </dev/null >"$d/out" 2>"$d/err" &
+  k=$!; echo $k >"$d/pid.t"; mv "$d/pid.t" "$d/pid"
+  wait $k; fin "$d" $?
+}
+
+# T := live processes to signal: K=all is every process but the shim's own; otherwise those of
+# session or group K, K itself, their children, and whatever an earlier pick found (O).
+pick() {
+  T=" "; m=
+  while [ "$m" != "$T" ]; do m=$T
+    for f in /proc/[0-9]*/stat; do
+      { read -r l <"$f"; } 2>/dev/null || continue
+      p=${f#/proc/}; p=${p%/stat}
+      case $T in *" $p "*) continue ;; esac
+      set -- ${l##*) }
+      case $1 in Z|X|x) continue ;; esac
+      if [ "$K" = all ]; then
+        case $X in *" $p "*) continue ;; esac
+        [ -n "$S" ] && [ "$3" = "$G" ] && continue
+        [ "$2" = $$ ] && case " $H " in *" $p "*) continue ;; esac
+      elif [ "$4" != "$K" ] && [ "$3" != "$K" ] && [ "$p" != "$K" ]; then
+        case "$O$T" in *" $2 "*|*" $p "*) ;; *) continue ;; esac
+      fi
+      T="$T$p "
+    done
+  done
+  O="$O$T"
+}
+
+# TERM, up to $1 ms of grace, then KILL until nothing is left; prints the survivors.
+zap() {
+  O=" "; pick; [ "$T" = " " ] && return 0
+  kill -TERM $T 2>/dev/null
+  n=$(($1 / D))
+  while [ $n -gt 0 ]; do sleep $P; pick; [ "$T" = " " ] && return 0; n=$((n - 1)); done
+  n=0
+  while [ $n -lt 100 ]; do
+    kill -KILL $T 2>/dev/null; sleep $P; pick; [ "$T" = " " ] && return 0; n=$((n + 1))
+  done
+  echo $T; return 1
+}
+
+kill_() {
+  d=$1; t=$Q/$2; n=$((5000 / D)); K=
+  while [ -d "$t" ] && [ ! -f "$t/pid" ] && [ ! -f "$t/rc" ] && [ $n -gt 0 ]; do
+    sleep $P; n=$((n - 1))
+  done
+  [ -f "$t/pid" ] && read -r K <"$t/pid"
+  if [ -z "$K" ]; then fin "$d" 0; elif zap "$3" >"$d/out"; then fin "$d" 0; else fin "$d" 1; fi
+}
+
+all_() {
+  read -r p l </proc/self/stat; X="$X$p " K=all  # spare this handler too
+  if zap "$2" >"$1/out"; then fin "$1" 0; else fin "$1" 1; fi
+}
+
+printf 'version=1\npid=%s\ndir=%s\ncwd=%s\nsetsid=%s\nsu=%s\nuid=%s\n' \
+  $$ "$C" "$W" "$S" "$U" "$(id -u 2>/dev/null)" >"$C/.ready" && mv "$C/.ready" "$C/ready" || exit 125
+echo "rollout-shim: ready, pid $$, control dir $C" >&2
+i=0
+while :; do
+  for g in "$Q"/*/go; do
+    [ -f "$g" ] || continue
+    d=${g%/go}
+    mv "$g" "$d/taken" 2>/dev/null || continue
+    read -r o a b <"$d/taken"; i=0
+    case $o in
+      run) run_ "$d" & H="$H $!" ;;
+      kill) kill_ "$d" "$a" "$b" & H="$H $!" ;;
+      killall) all_ "$d" "$a" & H="$H $!" ;;
+      exit) fin "$d" 0; echo "rollout-shim: exit $a" >&2; exit "$a" ;;
+      *) echo "rollout-shim: unknown request $o" >"$d/err"; fin "$d" 2 ;;
+    esac
+  done
+  # Poll fast for about 2 s after a request, then gently.
+  i=$((i + 1)); if [ $i -gt 40 ]; then sleep $L; else sleep $P; fi
+done

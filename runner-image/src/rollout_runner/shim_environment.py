@@ -1,0 +1,428 @@
+"""`ShimEnvironment`: the trial Pod's environment container, driven through the shim's control dir.
+
+The runner and the shim share only a directory (see `rollout_runner.shim` for the protocol). Each
+operation writes a request there and polls, with short asyncio sleeps, for the shim's answer; the
+runner enforces every timeout itself and asks the shim to kill what overstays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import re
+import secrets
+import shlex
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+
+from rollout_runner import shim
+from rollout_runner.environment import (
+    NO_ENV,
+    Environment,
+    EnvironmentFailure,
+    EnvironmentNotReady,
+    ExecResult,
+    FileTransferError,
+)
+
+log = logging.getLogger(__name__)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# A user name as useradd and busybox adduser accept it; never an option for su.
+_USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?\Z")
+# Polling for the shim's answer: every few ms while most commands finish, then gently.
+_POLL_FIRST_SEC = 0.001
+_POLL_FAST_MAX_SEC = 0.01
+_POLL_FAST_PHASE_SEC = 2.0
+_POLL_MAX_SEC = 0.05
+NO_FILES: Mapping[str, bytes] = MappingProxyType({})
+
+
+class ShimNotReady(EnvironmentNotReady):
+    """The shim did not write its ready file within the timeout."""
+
+
+class ShimUnresponsive(EnvironmentFailure):
+    """The shim did not answer a request it should answer promptly (kill, kill-all, exit)."""
+
+
+@dataclass(frozen=True)
+class ShimInfo:
+    """What the shim reported when it became ready."""
+
+    version: int
+    pid: int
+    control_dir: str
+    """The control directory as the shim sees it: paths in commands use this."""
+    cwd: str
+    """The container's working directory: where commands run unless given a cwd."""
+    has_setsid: bool
+    user_switch: str
+    """The tool that runs commands as another user (`su`, `runuser`, `setpriv`), or ''."""
+    uid: int | None
+
+    @classmethod
+    def parse(cls, text: str) -> ShimInfo:
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        try:
+            return cls(
+                version=int(fields["version"]),
+                pid=int(fields["pid"]),
+                control_dir=fields["dir"],
+                cwd=fields["cwd"],
+                has_setsid=bool(fields["setsid"]),
+                user_switch=fields["su"],
+                uid=int(fields["uid"]) if fields["uid"].isdigit() else None,
+            )
+        except (KeyError, ValueError) as err:
+            raise EnvironmentFailure(
+                f"the shim's ready file is malformed ({err}): {text!r}"
+            ) from err
+
+
+def encode_env(env: Mapping[str, str]) -> str:
+    """The `env` request file: one `export NAME='value'` line per variable, for sh's `eval`."""
+    lines = []
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"env: {name!r} is not a valid environment variable name")
+        if "\0" in value:
+            # Never quote the value: it may be a secret.
+            raise ValueError(f"env: the value of {name} contains a NUL character")
+        lines.append(f"export {name}={shlex.quote(value)}\n")
+    return "".join(lines)
+
+
+def _one_line(what: str, value: str) -> bytes:
+    if not value or "\n" in value or "\0" in value:
+        raise ValueError(f"{what} must be a non-empty single line, got {value!r}")
+    return value.encode() + b"\n"
+
+
+class ShimEnvironment(Environment):
+    """An `Environment` over the shim's control directory, `control_dir` as the runner sees it.
+
+    `kill_grace_sec` is how long a killed command gets between TERM and KILL;
+    `response_timeout_sec` bounds how long the shim may take to answer a kill, kill-all or exit
+    (beyond that grace) before `ShimUnresponsive`; `transfer_timeout_sec` bounds one file copy.
+    """
+
+    def __init__(
+        self,
+        control_dir: Path,
+        *,
+        kill_grace_sec: float = 5.0,
+        response_timeout_sec: float = 30.0,
+        transfer_timeout_sec: float = 600.0,
+    ) -> None:
+        self.control_dir = control_dir
+        self.kill_grace_sec = kill_grace_sec
+        self.response_timeout_sec = response_timeout_sec
+        self.transfer_timeout_sec = transfer_timeout_sec
+        self.info: ShimInfo | None = None
+        self._requests = control_dir / shim.REQUESTS_DIR
+        self._transfers = control_dir / shim.TRANSFER_DIR
+        self._sequence = itertools.count(1)
+        self._stopped = False
+
+    # -- readiness -----------------------------------------------------------------------------
+
+    async def wait_ready(self, timeout_sec: float) -> None:
+        ready = self.control_dir / shim.READY_FILE
+        # Whoever can write requests can run commands as the shim's user (root): keep the agent
+        # out where we own the directory.
+        try:
+            await asyncio.to_thread(self.control_dir.chmod, 0o700)
+        except OSError as err:
+            log.debug("cannot restrict the control directory %s: %s", self.control_dir, err)
+        if not await self._wait_for(ready, time.monotonic() + timeout_sec):
+            raise ShimNotReady(
+                f"the environment's shim did not signal ready within {timeout_sec:g}s "
+                f"(no {ready}): the environment container did not start or has no /bin/sh"
+            )
+        info = ShimInfo.parse(await asyncio.to_thread(ready.read_text, encoding="utf-8"))
+        if info.version != shim.PROTOCOL_VERSION:
+            raise EnvironmentFailure(
+                f"the shim speaks protocol version {info.version}, "
+                f"this runner version {shim.PROTOCOL_VERSION}"
+            )
+        self.info = info
+
+    # -- commands ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str] = NO_ENV,
+        user: str | None = None,
+        cwd: str | None = None,
+        timeout_sec: float,
+    ) -> ExecResult:
+        files = {shim.COMMAND_FILE: command.encode()}
+        if "\0" in command or len(files[shim.COMMAND_FILE]) > shim.MAX_ARGUMENT_BYTES:
+            raise ValueError(
+                "command must hold no NUL and fit in 128 KiB: write a long script to a file "
+                "and run that"
+            )
+        if user is not None:
+            if not _USER_NAME.match(user):
+                raise ValueError(f"user must be a user name, got {user!r}")
+            files[shim.USER_FILE] = user.encode() + b"\n"
+        if cwd is not None:
+            # "./" keeps a relative cwd from meaning `cd -` or searching CDPATH.
+            files[shim.CWD_FILE] = _one_line("cwd", cwd if cwd.startswith("/") else f"./{cwd}")
+        secret = {}
+        if env:
+            encoded = encode_env(env).encode()
+            if len(encoded) > shim.MAX_ARGUMENT_BYTES:
+                raise ValueError("env must fit in 128 KiB once encoded")
+            secret[shim.ENV_FILE] = encoded
+        self._check_not_stopped()
+        started = time.monotonic()
+        request = await self._submit("run", files, secret)
+        try:
+            done = await self._wait_for(request / shim.RC_FILE, started + timeout_sec)
+            if done:
+                exit_code, stdout, stderr = await asyncio.to_thread(_read_result, request)
+                return ExecResult(exit_code, stdout, stderr, False, time.monotonic() - started)
+            await self._terminate(request)
+            _, stdout, stderr = await asyncio.to_thread(_read_result, request)
+            return ExecResult(None, stdout, stderr, True, time.monotonic() - started)
+        except asyncio.CancelledError:
+            # The phase was cancelled: the command must not outlive it.
+            await asyncio.shield(self._terminate_quietly(request))
+            raise
+        finally:
+            await asyncio.to_thread(shutil.rmtree, request, True)
+
+    async def kill_all(self) -> None:
+        self._check_not_stopped()
+        grace_ms = int(self.kill_grace_sec * 1000)
+        request = await self._submit(f"killall {grace_ms}")
+        try:
+            exit_code, stdout, _ = await self._await_answer(request, "kill-all", grace=True)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, request, True)
+        if exit_code != 0:
+            survivors = stdout.decode(errors="replace").split()
+            raise EnvironmentFailure(f"processes survived SIGKILL in the environment: {survivors}")
+
+    async def stop(self, exit_code: int = 0) -> None:
+        if not 0 <= exit_code <= 255:
+            raise ValueError(f"exit_code must be 0..255, got {exit_code}")
+        if self._stopped:
+            return
+        request = await self._submit(f"exit {exit_code}")
+        self._stopped = True
+        await self._await_answer(request, "exit", grace=False)
+        await asyncio.to_thread(shutil.rmtree, request, True)
+
+    # -- files ---------------------------------------------------------------------------------
+
+    async def put_files(
+        self, local_path: Path, container_path: str, *, owner: str | None = None
+    ) -> None:
+        _check_container_path(container_path)
+        if owner is not None and not _USER_NAME.match(owner):
+            raise ValueError(f"owner must be a user name, got {owner!r}")
+        info = self._require_info()
+        transfer_id = self._new_id()
+        staging = self._transfers / transfer_id
+        source = f"{info.control_dir}/{shim.TRANSFER_DIR}/{transfer_id}/data"
+        destination = shlex.quote(container_path)
+        try:
+            is_dir = await asyncio.to_thread(_stage, local_path, staging / "data")
+            if is_dir:
+                copy = (
+                    f"mkdir -p {destination} && cp -RP {shlex.quote(source + '/.')} {destination}"
+                )
+            else:
+                parent = shlex.quote(str(PurePosixPath(container_path).parent))
+                copy = f"mkdir -p {parent} && cp -P {shlex.quote(source)} {destination}"
+            if owner is not None:
+                copy += f" && chown -R {shlex.quote(owner)} {destination}"
+            result = await self.run(copy, timeout_sec=self.transfer_timeout_sec)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, staging, True)
+        _check_transfer(result, f"copying {local_path} to {container_path} in the environment")
+
+    async def get_files(self, container_path: str, local_path: Path) -> None:
+        _check_container_path(container_path)
+        info = self._require_info()
+        transfer_id = self._new_id()
+        staging = self._transfers / transfer_id
+        target = f"{info.control_dir}/{shim.TRANSFER_DIR}/{transfer_id}/data"
+        try:
+            await asyncio.to_thread(staging.mkdir, parents=True)
+            result = await self.run(
+                f"cp -RP {shlex.quote(container_path)} {shlex.quote(target)}",
+                timeout_sec=self.transfer_timeout_sec,
+            )
+            _check_transfer(result, f"copying {container_path} out of the environment")
+            await asyncio.to_thread(_unstage, staging / "data", local_path)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, staging, True)
+
+    # -- protocol ------------------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        # The sequence makes the shim take requests in submission order (it globs req/*).
+        return f"{next(self._sequence):08d}-{secrets.token_hex(3)}"
+
+    async def _submit(
+        self,
+        line: str,
+        files: Mapping[str, bytes] = NO_FILES,
+        secret: Mapping[str, bytes] = NO_FILES,
+    ) -> Path:
+        request = self._requests / self._new_id()
+        await asyncio.to_thread(_write_request, request, line, files, secret)
+        log.debug("shim request %s: %s", request.name, line.split()[0])
+        return request
+
+    async def _wait_for(self, path: Path, deadline: float) -> bool:
+        """Poll for `path` until `deadline` (time.monotonic()); quickly at first, then gently."""
+        started = time.monotonic()
+        delay = _POLL_FIRST_SEC
+        while not _exists(path):
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            await asyncio.sleep(min(delay, deadline - now))
+            fast = now - started < _POLL_FAST_PHASE_SEC
+            delay = min(delay * 2, _POLL_FAST_MAX_SEC if fast else _POLL_MAX_SEC)
+        return True
+
+    async def _await_answer(
+        self, request: Path, what: str, *, grace: bool
+    ) -> tuple[int | None, bytes, bytes]:
+        timeout = self.response_timeout_sec + (self.kill_grace_sec if grace else 0.0)
+        if not await self._wait_for(request / shim.RC_FILE, time.monotonic() + timeout):
+            raise ShimUnresponsive(
+                f"the environment's shim did not answer the {what} request {request.name} "
+                f"within {timeout:g}s"
+            )
+        return await asyncio.to_thread(_read_result, request)
+
+    async def _terminate(self, request: Path) -> None:
+        """Make sure the run `request` is over: cancel it if not started, else kill its session."""
+        if await asyncio.to_thread(_cancel_unstarted, request):
+            return
+        grace_ms = int(self.kill_grace_sec * 1000)
+        kill = await self._submit(f"kill {request.name} {grace_ms}")
+        try:
+            exit_code, stdout, _ = await self._await_answer(kill, "kill", grace=True)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, kill, True)
+        if exit_code != 0:
+            log.warning(
+                "processes of request %s survived SIGKILL: %s",
+                request.name,
+                stdout.decode(errors="replace").split(),
+            )
+        # The session is empty, so the command's main process has ended and its rc follows,
+        # unless something killed the shim's handler too (a root agent's `kill -9 -1`).
+        deadline = time.monotonic() + self.response_timeout_sec
+        if not await self._wait_for(request / shim.RC_FILE, deadline):
+            log.warning("the killed request %s never reported its exit status", request.name)
+
+    async def _terminate_quietly(self, request: Path) -> None:
+        try:
+            await self._terminate(request)
+        except (EnvironmentFailure, OSError) as err:
+            log.warning("could not kill cancelled request %s: %s", request.name, err)
+
+    def _require_info(self) -> ShimInfo:
+        self._check_not_stopped()
+        if self.info is None:
+            raise EnvironmentFailure("the environment is not ready: call wait_ready() first")
+        return self.info
+
+    def _check_not_stopped(self) -> None:
+        if self._stopped:
+            raise EnvironmentFailure("the environment was stopped")
+
+
+def _exists(path: Path) -> bool:
+    # One stat per poll, inline: cheaper than handing each one to a thread.
+    return path.exists()
+
+
+def _write_request(
+    request: Path, line: str, files: Mapping[str, bytes], secret: Mapping[str, bytes]
+) -> None:
+    request.mkdir(parents=True)
+    for name, data in files.items():
+        (request / name).write_bytes(data)
+    for name, data in secret.items():
+        fd = os.open(request / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+    (request / shim.GO_TEMP_FILE).write_text(line + "\n", encoding="utf-8")
+    # The rename is what the shim waits for: the request is complete once `go` exists.
+    os.rename(request / shim.GO_TEMP_FILE, request / shim.GO_FILE)
+
+
+def _cancel_unstarted(request: Path) -> bool:
+    """Take `go` back before the shim claims it; True when the request will never start."""
+    try:
+        os.rename(request / shim.GO_FILE, request / shim.CANCELLED_FILE)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _read_result(request: Path) -> tuple[int | None, bytes, bytes]:
+    def read(name: str) -> bytes:
+        try:
+            return (request / name).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    rc = read(shim.RC_FILE).strip()
+    try:
+        exit_code = int(rc) if rc else None
+    except ValueError as err:
+        raise EnvironmentFailure(f"request {request.name}: the shim wrote rc {rc!r}") from err
+    return exit_code, read(shim.STDOUT_FILE), read(shim.STDERR_FILE)
+
+
+def _stage(local_path: Path, staged: Path) -> bool:
+    """Copy `local_path` to `staged` in the control dir; True when it is a directory."""
+    staged.parent.mkdir(parents=True)
+    if local_path.is_dir():
+        shutil.copytree(local_path, staged, symlinks=True)
+        return True
+    if not local_path.is_file():
+        raise FileTransferError(f"{local_path} is neither a file nor a directory")
+    shutil.copy2(local_path, staged)
+    return False
+
+
+def _unstage(staged: Path, local_path: Path) -> None:
+    if staged.is_dir() and not staged.is_symlink():
+        shutil.copytree(staged, local_path, symlinks=True, dirs_exist_ok=True)
+    else:
+        local_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(staged, local_path, follow_symlinks=False)
+
+
+def _check_container_path(container_path: str) -> None:
+    # Absolute, so that no path reads as an option of mkdir, cp or chown.
+    if not container_path.startswith("/") or "\0" in container_path:
+        raise ValueError(f"container_path must be an absolute path, got {container_path!r}")
+
+
+def _check_transfer(result: ExecResult, what: str) -> None:
+    if result.timed_out:
+        raise FileTransferError(f"{what} timed out after {result.duration_sec:.0f}s")
+    if result.exit_code != 0:
+        detail = result.stderr.decode(errors="replace").strip()
+        raise FileTransferError(f"{what} failed (exit code {result.exit_code}): {detail}")

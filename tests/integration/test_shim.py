@@ -1,0 +1,213 @@
+"""The shim itself: its text, its protocol files, and its fallbacks on images that lack tools.
+
+The shim runs as PID 1 of a fake container (see fakecontainer.py); these tests write requests by
+hand where the protocol is the point, and use ShimEnvironment where behaviour is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from fakecontainer import (
+    FakeContainer,
+    busybox_missing_reason,
+    eventually,
+    fake_container,
+    requires_fake_container,
+    shell_params,
+)
+from rollout_runner import shim
+from rollout_runner.shim_environment import ShimEnvironment
+
+pytestmark = pytest.mark.integration
+
+GRACE_SEC = 0.3
+
+
+@pytest.fixture(params=shell_params())
+def container(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeContainer]:
+    with fake_container(tmp_path, request.param) as running:
+        yield running
+
+
+async def ready_env(container: FakeContainer) -> ShimEnvironment:
+    environment = ShimEnvironment(container.control_dir, kill_grace_sec=GRACE_SEC)
+    await environment.wait_ready(timeout_sec=20)
+    return environment
+
+
+def submit(
+    control_dir: Path, request_id: str, line: str, files: Mapping[str, str] | None = None
+) -> Path:
+    """Write a request the way the protocol says: files first, then `go` by a rename."""
+    request = control_dir / "req" / request_id
+    request.mkdir(parents=True)
+    for name, text in (files or {}).items():
+        (request / name).write_text(text)
+    (request / "go.tmp").write_text(line + "\n")
+    os.rename(request / "go.tmp", request / "go")
+    return request
+
+
+# -- the text ------------------------------------------------------------------------------------
+
+
+def test_the_shim_is_small_enough_to_pass_inline() -> None:
+    assert len(shim.SHIM_TEXT.encode()) < 8 * 1024
+    assert shim.shim_command() == ["/bin/sh", "-c", shim.SHIM_TEXT, "rollout-shim", "/rollout"]
+    assert shim.shim_command("/ctl")[-1] == "/ctl"
+
+
+@pytest.mark.parametrize(
+    "shell", [["dash"], ["bash", "--posix"], ["busybox", "sh"]], ids=["dash", "bash", "busybox"]
+)
+def test_every_shell_parses_the_shim(shell: list[str]) -> None:
+    if shutil.which(shell[0]) is None:
+        pytest.skip(f"{shell[0]} is not installed")
+    checked = subprocess.run([*shell, "-n", "-c", shim.SHIM_TEXT], capture_output=True, check=False)
+    assert checked.returncode == 0, checked.stderr.decode()
+    assert checked.stderr == b""
+
+
+# -- the protocol, by hand -----------------------------------------------------------------------
+
+
+@requires_fake_container()
+async def test_ready_file_and_a_hand_written_request(container: FakeContainer) -> None:
+    ready = container.control_dir / "ready"
+    await eventually(ready.exists, "the shim writes ready")
+    fields = dict(line.split("=", 1) for line in ready.read_text().splitlines())
+    assert fields["version"] == str(shim.PROTOCOL_VERSION)
+    assert fields["pid"] == "1"
+    assert fields["dir"] == "/rollout"
+    assert fields["cwd"] == "/app"
+    assert fields["setsid"] == "setsid"
+    assert fields["su"] == "su"
+    assert not (container.control_dir / ".ready").exists()
+
+    # The command prints its own session id: the shim's `pid` file must name that session.
+    command = "read -r l </proc/self/stat; set -- ${l##*) }; echo $4; echo oops >&2; exit 4"
+    request = submit(container.control_dir, "00000001-aaaaaa", "run", {"cmd": command})
+    await eventually((request / "rc").exists, "the shim answers")
+    assert not (request / "go").exists()
+    assert (request / "taken").read_text() == "run\n"
+    session = (request / "pid").read_text().strip()
+    assert (request / "out").read_text() == session + "\n"
+    assert (request / "err").read_text() == "oops\n"
+    assert (request / "rc").read_text() == "4\n"
+    assert not (request / "rc.t").exists()
+
+
+@requires_fake_container()
+async def test_unknown_requests_and_kills_of_unknown_ids_are_answered(
+    container: FakeContainer,
+) -> None:
+    await eventually((container.control_dir / "ready").exists, "the shim writes ready")
+    unknown = submit(container.control_dir, "00000001-bbbbbb", "dance")
+    await eventually((unknown / "rc").exists, "the shim answers the unknown request")
+    assert (unknown / "rc").read_text() == "2\n"
+    assert "unknown request dance" in (unknown / "err").read_text()
+
+    kill = submit(container.control_dir, "00000002-bbbbbb", "kill 99999999-nothing 100")
+    await eventually((kill / "rc").exists, "the shim answers the kill")
+    assert (kill / "rc").read_text() == "0\n"
+
+
+@requires_fake_container()
+async def test_a_request_cancelled_before_the_shim_takes_it_never_runs(
+    container: FakeContainer,
+) -> None:
+    environment = await ready_env(container)
+    (container.control_dir / "req").mkdir(exist_ok=True)
+    request = submit(container.control_dir, "00000001-cccccc", "run", {"cmd": "touch /logs/ran"})
+    try:
+        os.rename(request / "go", request / "cancelled")
+    except FileNotFoundError:
+        pytest.skip("the shim took the request first (it polls every 50 ms)")
+    # A later request is served, so the shim has looked at the queue since.
+    assert (await environment.run("true", timeout_sec=10)).exit_code == 0
+    assert not (container.logs_dir / "ran").exists()
+    assert not (request / "rc").exists()
+
+
+# -- fallbacks on images without the usual tools --------------------------------------------------
+
+
+@requires_fake_container()
+@pytest.mark.parametrize("shell", shell_params())
+async def test_without_setsid_kills_still_reach_the_whole_tree(shell: str, tmp_path: Path) -> None:
+    with fake_container(tmp_path, shell, hide=["setsid"]) as container:
+        environment = await ready_env(container)
+        assert environment.info is not None
+        assert not environment.info.has_setsid
+        command = "sh -c 'trap \"\" TERM; exec sleep 4321' & (sleep 4322 &) ; sleep 4323"
+        result = await environment.run(command, timeout_sec=1)
+        assert result.timed_out
+        for marker in ("4321", "4323"):
+            assert container.processes_running(marker) == [], marker
+
+        # Whatever escaped the tree (an orphan, re-parented to the shim) goes with kill_all.
+        await environment.kill_all()
+        assert container.processes_running("4322") == []
+        again = await environment.run("echo alive", timeout_sec=10)
+        assert again.stdout == b"alive\n"
+
+
+@requires_fake_container()
+@pytest.mark.parametrize(
+    ("hide", "tool"),
+    [(["su"], "runuser"), (["su", "runuser"], "setpriv")],
+    ids=["runuser", "setpriv"],
+)
+async def test_other_tools_switch_user_where_su_is_missing(
+    hide: list[str], tool: str, tmp_path: Path
+) -> None:
+    with fake_container(tmp_path, "/bin/sh", hide=hide) as container:
+        environment = await ready_env(container)
+        assert environment.info is not None
+        assert environment.info.user_switch == tool
+        result = await environment.run(
+            'whoami; echo "$SECRET"', user="agent", env={"SECRET": "s3"}, timeout_sec=10
+        )
+        assert result.stdout == b"agent\ns3\n", result.stderr
+
+
+@requires_fake_container()
+async def test_no_tool_to_switch_user_fails_the_command_clearly(tmp_path: Path) -> None:
+    with fake_container(tmp_path, "/bin/sh", hide=["su", "runuser", "setpriv"]) as container:
+        environment = await ready_env(container)
+        result = await environment.run("whoami", user="agent", timeout_sec=10)
+        assert result.exit_code == 126
+        assert b"no su, runuser or setpriv to run as agent" in result.stderr
+        assert (await environment.run("whoami", timeout_sec=10)).stdout == b"root\n"
+
+
+@requires_fake_container()
+async def test_the_shim_runs_under_bash_posix(tmp_path: Path) -> None:
+    with fake_container(tmp_path, "/bin/bash") as container:
+        environment = await ready_env(container)
+        assert [p.argv[:2] for p in container.processes() if p.pid == 1] == [
+            ["/bin/bash", "--posix"]
+        ]
+        result = await environment.run("echo $0; exit 5", env={"A": "b"}, timeout_sec=10)
+        assert (result.stdout, result.exit_code) == (b"/bin/sh\n", 5)
+        timed_out = await environment.run("(setsid sleep 3456 &); sleep 3457", timeout_sec=0.5)
+        assert timed_out.timed_out
+        assert container.processes_running("3457") == []
+        await environment.kill_all()
+        assert container.processes_running("3456") == []
+        await environment.stop(9)
+        assert container.wait_exit(timeout=10) == 9
+
+
+def test_busybox_variant_is_skipped_with_a_reason_when_missing() -> None:
+    reason = busybox_missing_reason()
+    assert (reason is None) == (shutil.which("busybox") is not None)
+    if reason is not None:
+        assert "apt-get install busybox" in reason
