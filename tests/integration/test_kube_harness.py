@@ -1,0 +1,462 @@
+"""The loopback Kubernetes API harness (tests/kube.py), proven with a tiny kopf operator.
+
+The demo operator stands in for the real one: on a new RolloutJob it reads a Secret, creates a Pod
+owned by the job and marks the job Running; when the Pod ends, it copies the runner's termination
+message into the job's status. It talks to the API with the `kubernetes` client (creates, reads,
+status patches) and with kopf (watches, finalizer, progress annotations), as the real operator will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+import kopf
+import kubernetes.client
+import pytest
+
+from kube import (
+    CRDS_DIR,
+    EVENTS,
+    GROUP,
+    PODS,
+    ROLLOUT_JOBS,
+    SECRETS,
+    VERSION,
+    Kube,
+    OperatorCrashed,
+    fast_settings,
+    kube_api,
+    minimal_crd,
+    minimal_rollout_crds,
+    terminated,
+    waiting,
+)
+
+pytestmark = pytest.mark.integration
+
+JOB_LABEL = "rollout.dev/job"
+FINALIZER = "rollout.dev/finalizer"
+NS = "default"
+
+
+def rollout_settings() -> kopf.OperatorSettings:
+    """The persistence and posting choices the real operator makes, sped up for tests."""
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="rollout.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="rollout.dev", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    return fast_settings(settings)
+
+
+def demo_registry() -> kopf.OperatorRegistry:
+    """Handlers of the demo operator, in a registry of their own (not kopf's global one)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.create(GROUP, VERSION, "rolloutjobs", registry=registry)
+    def start_job(
+        body: kopf.Body, name: str, namespace: str | None, patch: kopf.Patch, memo: Any, **_: Any
+    ) -> None:
+        assert namespace is not None  # RolloutJobs are namespaced
+        core: kubernetes.client.CoreV1Api = memo.core
+        secret = core.read_namespaced_secret(
+            body["spec"]["credentialsSecret"], namespace, _request_timeout=5
+        )
+        pod_name = f"{name}-trial-0"
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod_name, "labels": {JOB_LABEL: name}},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "environment", "image": "busybox"},
+                    {
+                        "name": "runner",
+                        "image": "runner",
+                        "env": [
+                            {"name": "TOKEN_KEYS", "value": ",".join(sorted(secret.data or {}))}
+                        ],
+                    },
+                ],
+            },
+        }
+        kopf.adopt(pod, owner=body)
+        try:
+            core.create_namespaced_pod(namespace, cast(Any, pod), _request_timeout=5)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:  # created before a restart: accept it
+                raise
+        patch.status["phase"] = "Running"
+        patch.status["pod"] = pod_name
+
+    @kopf.on.delete(GROUP, VERSION, "rolloutjobs", registry=registry)
+    def stop_job(**_: Any) -> None:
+        pass  # only here so that kopf puts its finalizer on jobs
+
+    @kopf.on.event("v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
+    def pod_changed(
+        event: kopf.RawEvent, body: kopf.Body, namespace: str | None, memo: Any, **_: Any
+    ) -> None:
+        phase = body.get("status", {}).get("phase")
+        if event["type"] == "DELETED" or phase not in ("Succeeded", "Failed"):
+            return
+        assert namespace is not None  # Pods are namespaced
+        job = body["metadata"]["labels"][JOB_LABEL]
+        custom: kubernetes.client.CustomObjectsApi = memo.custom
+        current = cast(
+            dict[str, Any],
+            custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "rolloutjobs", job, _request_timeout=5
+            ),
+        )
+        if current.get("status", {}).get("phase") == phase:
+            return  # already recorded (kopf replays events after a restart)
+        runner = next(s for s in body["status"]["containerStatuses"] if s["name"] == "runner")
+        summary = json.loads(runner["state"]["terminated"]["message"])
+        custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            namespace,
+            "rolloutjobs",
+            job,
+            {"status": {"phase": phase, "reward": summary["reward"]}},
+            _request_timeout=5,
+        )
+
+    return registry
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with kube_api(crds=minimal_rollout_crds()) as kube:
+        await kube.create(
+            SECRETS, {"metadata": {"name": "creds", "namespace": NS}, "data": {"token": "eA=="}}
+        )
+        yield kube
+
+
+@pytest.fixture
+def memo(kube: Kube) -> kopf.Memo:
+    """The demo operator's API clients, pointed at the loopback server."""
+    configuration = kubernetes.client.Configuration()
+    configuration.host = kube.url
+    api = kubernetes.client.ApiClient(configuration)
+    return kopf.Memo(
+        core=kubernetes.client.CoreV1Api(api), custom=kubernetes.client.CustomObjectsApi(api)
+    )
+
+
+def job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RolloutJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"credentialsSecret": "creds"},
+    }
+
+
+async def status_of(kube: Kube, name: str) -> dict[str, Any]:
+    found = await kube.find(ROLLOUT_JOBS, name)
+    return found.get("status", {}) if found else {}
+
+
+async def test_demo_operator_runs_a_job_and_its_writes_are_counted(
+    kube: Kube, memo: kopf.Memo
+) -> None:
+    async with kube.operator(registry=demo_registry(), settings=rollout_settings(), memo=memo):
+        created = await kube.create(ROLLOUT_JOBS, job("job-a"))
+
+        pod = await kube.wait_for(lambda: kube.find(PODS, "job-a-trial-0"), what="pod created")
+        assert pod["metadata"]["labels"] == {JOB_LABEL: "job-a"}
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+        assert pod["status"] == {"phase": "Pending"}  # set by the API server, not the operator
+        runner_env = pod["spec"]["containers"][1]["env"]
+        assert runner_env == [{"name": "TOKEN_KEYS", "value": "token"}]  # the Secret was read
+        running = await kube.wait_for(
+            lambda: _phase_is(kube, "job-a", "Running"), what="job Running"
+        )
+        assert running["status"]["pod"] == "job-a-trial-0"
+
+        await kube.run_pod("job-a-trial-0")
+        summary = json.dumps({"reward": 1.0, "error": None})
+        finished = await kube.finish_pod("job-a-trial-0", messages={"runner": summary})
+        assert finished["status"]["phase"] == "Succeeded"
+        done = await kube.wait_for(
+            lambda: _phase_is(kube, "job-a", "Succeeded"), what="job Succeeded"
+        )
+        assert done["status"]["reward"] == 1.0
+
+        job_writes = [f"{c.method} {c.subresource}" for c in kube.writes(ROLLOUT_JOBS, "job-a")]
+        # kopf: finalizer (JSON patch) + progress/diffbase annotations; its status patch carries
+        # the create handler's `patch.status`; the demo's pod handler: one status patch.
+        assert job_writes == ["PATCH None", "PATCH None", "PATCH status", "PATCH status"]
+        assert [c.method for c in kube.writes(PODS)] == ["POST"]  # nothing written to the Pod
+        assert kube.writes(EVENTS) == []  # posting level WARNING: no routine events
+
+        stored = await kube.get(ROLLOUT_JOBS, "job-a")
+        assert stored["metadata"]["finalizers"] == [FINALIZER]
+        annotations = stored["metadata"]["annotations"]
+        assert "rollout.dev/last-handled-configuration" in annotations
+        assert sorted(annotations) == [  # kopf's state, all under our own domain
+            "rollout.dev/kopf-managed",
+            "rollout.dev/last-handled-configuration",
+        ]
+
+        # Deletion: kopf runs the delete handler and removes its finalizer; the garbage
+        # collector then removes the Pod the job owned.
+        await kube.delete(ROLLOUT_JOBS, "job-a")
+        await kube.wait_for(
+            lambda: _gone(kube, ROLLOUT_JOBS, "job-a"), what="job deleted after its finalizer"
+        )
+        assert await kube.find(PODS, "job-a-trial-0") is None
+
+
+async def test_a_new_operator_continues_from_the_state_in_the_api(
+    kube: Kube, memo: kopf.Memo
+) -> None:
+    settings = rollout_settings()
+    async with kube.operator(registry=demo_registry(), settings=settings, memo=memo) as first:
+        await kube.create(ROLLOUT_JOBS, job("job-b"))
+        await kube.wait_for(lambda: _phase_is(kube, "job-b", "Running"), what="job Running")
+        await first.kill()  # as if the process died: nothing in memory survives
+
+    # The Pod finishes while no operator runs.
+    summary = json.dumps({"reward": 0.5})
+    await kube.finish_pod("job-b-trial-0", messages={"runner": summary}, exit_codes={"runner": 0})
+    restart = kube.mark()
+
+    async with kube.operator(registry=demo_registry(), settings=rollout_settings(), memo=memo):
+        done = await kube.wait_for(
+            lambda: _phase_is(kube, "job-b", "Succeeded"), what="job Succeeded after restart"
+        )
+        assert done["status"]["reward"] == 0.5
+        # Give the new operator time to (wrongly) handle the job again: wait until it has
+        # re-listed jobs and pods and gone quiet, then check it created nothing.
+        await kube.settle()
+
+    assert [str(c) for c in kube.writes(PODS, since=restart)] == []
+    job_writes = kube.writes(ROLLOUT_JOBS, "job-b", since=restart)
+    assert [(c.method, c.subresource) for c in job_writes] == [("PATCH", "status")]
+
+
+OPERATOR_FILE = """
+import logging
+import kopf
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_):
+    settings.persistence.finalizer = "rollout.dev/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="rollout.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="rollout.dev")
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 5
+
+@kopf.on.create("rollout.dev", "v1alpha1", "rolloutjobs")
+def start_job(patch, **_):
+    patch.status["phase"] = "Running"
+"""
+
+
+@contextlib.asynccontextmanager
+async def operator_process(
+    operator_file: Path, kubeconfig: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`kopf run` in a subprocess; killed at the end if the test has not ended it already."""
+    command = [sys.executable, "-m", "kopf", "run", "--standalone", "-n", NS, str(operator_file)]
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_an_operator_process_killed_with_sigkill_and_restarted(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """`kopf run` in a subprocess, logged in through kopf's own kubeconfig login."""
+    operator_file = tmp_path / "operator.py"
+    operator_file.write_text(OPERATOR_FILE, encoding="utf-8")
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+
+    async with operator_process(operator_file, kubeconfig) as first:
+        await kube.create(ROLLOUT_JOBS, job("job-d"))
+        await kube.wait_for(lambda: _phase_is(kube, "job-d", "Running"), timeout=30, what="job-d")
+        first.send_signal(signal.SIGKILL)
+        assert await first.wait() == -signal.SIGKILL
+
+    await kube.create(ROLLOUT_JOBS, job("job-e"))  # while no operator runs
+    restart = kube.mark()
+    async with operator_process(operator_file, kubeconfig):
+        await kube.wait_for(lambda: _phase_is(kube, "job-e", "Running"), timeout=30, what="job-e")
+        await kube.settle()
+    assert kube.writes(ROLLOUT_JOBS, "job-d", since=restart) == []  # job-d is not redone
+    assert {c.user_agent.split("/")[0] for c in kube.calls(restart)} == {"kopf"}
+
+
+async def test_the_real_crds_are_served_and_prune_unknown_fields() -> None:
+    async with kube_api(crds=CRDS_DIR) as kube, aiohttp.ClientSession() as session:
+        discovery_url = f"{kube.url}/apis/{GROUP}/{VERSION}"
+        async with session.get(discovery_url, timeout=aiohttp.ClientTimeout(total=5)) as rsp:
+            discovery = await rsp.json()
+        served = {r["name"]: r.get("shortNames") for r in discovery["resources"]}
+        assert served == {
+            "rolloutjobs": ["rj"],
+            "rolloutjobs/status": ["rj"],
+            "rollouttrials": ["rt"],
+            "rollouttrials/status": ["rt"],
+        }
+
+        spec = {
+            "agents": [{"name": "oracle", "bogus": 1}],
+            "datasets": [{"name": "hello", "digest": "sha256:0"}],
+            "notAField": True,
+        }
+        created = await kube.create(ROLLOUT_JOBS, {**job("job-f"), "spec": spec})
+        assert created["spec"] == {
+            "agents": [{"name": "oracle"}],
+            "datasets": [{"name": "hello", "digest": "sha256:0"}],
+        }
+        # What kopf would store if a handler returned a value: gone, as on a real cluster.
+        status = {"phase": "Running", "start_job": {"pod": "x"}}
+        patched = await kube.patch_status(ROLLOUT_JOBS, "job-f", status)
+        assert patched["status"] == {"phase": "Running"}
+
+
+async def test_an_operator_that_fails_at_startup_is_reported_with_its_cause(kube: Kube) -> None:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def configure(**_: Any) -> None:
+        raise kopf.PermanentError("the storage bucket is not configured")
+
+    with pytest.raises(OperatorCrashed) as crash:
+        async with kube.operator(registry=registry, ready_timeout=30):
+            pass
+    assert "the storage bucket is not configured" in str(crash.value)
+
+
+async def test_status_subresource_and_resource_versions(kube: Kube) -> None:
+    created = await kube.create(ROLLOUT_JOBS, {**job("job-c"), "status": {"phase": "Bogus"}})
+    assert "status" not in created  # status is ignored on create
+    assert created["metadata"]["generation"] == 1
+
+    with_status = await kube.patch_status(ROLLOUT_JOBS, "job-c", {"phase": "Running"})
+    main = await kube.patch(ROLLOUT_JOBS, "job-c", {"spec": {"x": 1}, "status": {"phase": "No"}})
+    assert main["status"] == {"phase": "Running"}  # the main endpoint leaves status alone
+    assert main["metadata"]["generation"] == 2  # the spec changed
+    assert with_status["metadata"]["generation"] == 1
+    versions = [created, with_status, main]
+    revisions = [int(body["metadata"]["resourceVersion"]) for body in versions]
+    assert revisions == sorted(set(revisions))
+
+    same = await kube.patch(ROLLOUT_JOBS, "job-c", {"spec": {"x": 1}})
+    assert same["metadata"]["resourceVersion"] == main["metadata"]["resourceVersion"]  # no-op
+
+
+async def test_watch_resumes_from_a_resource_version_with_selectors(kube: Kube) -> None:
+    pods_url = f"{kube.url}/api/v1/namespaces/{NS}/pods"
+    pod = {"metadata": {"name": "p1", "labels": {"app": "a"}}, "spec": {"containers": []}}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        async with session.get(pods_url, params={"labelSelector": "app in (a,b)"}) as response:
+            listing = await response.json()
+        assert listing["kind"] == "PodList"
+        assert listing["items"] == []
+        since = listing["metadata"]["resourceVersion"]
+
+        # Changes made before the watch starts must still arrive (no gap after the list).
+        await kube.create(PODS, pod, namespace=NS)
+        await kube.create(PODS, {**pod, "metadata": {"name": "p2", "labels": {"app": "z"}}}, NS)
+        await kube.set_pod_status("p1", containers={})
+        await kube.delete(PODS, "p1")
+
+        params = {
+            "watch": "true",
+            "resourceVersion": since,
+            "labelSelector": "app in (a,b)",
+            "timeoutSeconds": "1",
+        }
+        async with session.get(pods_url, params=params) as response:
+            lines = (await response.text()).splitlines()  # ends after timeoutSeconds
+    events = [json.loads(line) for line in lines]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "p1"),
+        ("MODIFIED", "p1"),
+        ("DELETED", "p1"),
+    ]
+
+
+async def test_injected_errors_and_kubelet_states(kube: Kube) -> None:
+    pod = {"metadata": {"name": "p3"}, "spec": {"containers": [{"name": "environment"}]}}
+    await kube.create(PODS, pod, namespace=NS)
+    kube.fail("PATCH", PODS, name="p3", status=503, reason="ServiceUnavailable")
+    url = f"{kube.url}/api/v1/namespaces/{NS}/pods/p3"
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        statuses = []
+        for _ in range(2):
+            async with session.patch(
+                url, json={"metadata": {"labels": {"a": "b"}}}, headers=headers
+            ) as rsp:
+                statuses.append(rsp.status)
+    assert statuses == [503, 200]
+
+    pulling = waiting("ImagePullBackOff", 'Back-off pulling image "nope"')
+    stuck = await kube.set_pod_status("p3", containers={"environment": pulling})
+    assert stuck["status"]["phase"] == "Pending"
+    [stuck_state] = [s["state"] for s in stuck["status"]["containerStatuses"]]
+    assert stuck_state["waiting"]["reason"] == "ImagePullBackOff"
+    killed = terminated(137, message="oom")
+    failed = await kube.set_pod_status("p3", containers={"environment": killed})
+    assert failed["status"]["phase"] == "Failed"
+    [failed_state] = [s["state"] for s in failed["status"]["containerStatuses"]]
+    assert failed_state["terminated"] == {**killed["terminated"], "reason": "Error"}
+    with pytest.raises(ValueError, match="no containers"):
+        await kube.set_pod_status("p3", containers={"runner": terminated(0)})
+
+
+async def test_peering_with_kopf_peering_objects() -> None:
+    peering_crd = minimal_crd("KopfPeering", "kopfpeerings", group="kopf.dev", version="v1")
+    async with kube_api(crds=[*minimal_rollout_crds(), peering_crd]) as kube:
+        await kube.create(
+            "kopf.dev/v1/kopfpeerings", {"metadata": {"name": "rollout", "namespace": NS}}
+        )
+        async with kube.operator(registry=demo_registry(), peering_name="rollout") as operator:
+            peering = await kube.wait_for(
+                lambda: _peers(kube), what="operator's keep-alive in the peering object"
+            )
+            assert operator.alive
+            assert len(peering) == 1
+
+
+async def _phase_is(kube: Kube, name: str, phase: str) -> dict[str, Any] | None:
+    found = await kube.find(ROLLOUT_JOBS, name)
+    return found if found and found.get("status", {}).get("phase") == phase else None
+
+
+async def _gone(kube: Kube, resource: str, name: str) -> bool:
+    return await kube.find(resource, name) is None
+
+
+async def _peers(kube: Kube) -> dict[str, Any]:
+    found = await kube.find("kopf.dev/v1/kopfpeerings", "rollout")
+    return dict((found or {}).get("status", {}))
