@@ -1,7 +1,10 @@
 """Generate the CustomResourceDefinitions in crds/ from the resource models.
 
-    python -m rollout.api.crd --write    # (re)write crds/
-    python -m rollout.api.crd --check    # exit 1, with a diff, when crds/ is out of date
+    python -m rollout.api.crd --write    # (re)write crds/ and the Helm chart's copy
+    python -m rollout.api.crd --check    # exit 1, with a diff, when either is out of date
+
+The chart (charts/rollout-operator) cannot read files outside its own directory, so it carries a
+byte-for-byte copy of crds/ in files/crds/, which this module writes and checks with crds/.
 
 pydantic's JSON schema is not what an apiserver accepts. `structural_schema` rewrites it into a
 structural OpenAPI v3 schema (apiextensions.k8s.io/v1):
@@ -338,6 +341,19 @@ def default_crds_dir() -> Path:
     return Path.cwd() / "crds"
 
 
+CHART_CRDS = Path("charts") / "rollout-operator" / "files" / "crds"
+"""Where the Helm chart keeps its copy of crds/, relative to the repository root."""
+
+
+def default_chart_crds_dir(crds_dir: Path) -> Path | None:
+    """The chart's copy of the CRDs beside `crds_dir` (a checkout's crds/), or None when there is
+    no chart there (an installed package)."""
+    root = crds_dir.parent
+    if (root / CHART_CRDS.parent.parent / "Chart.yaml").is_file():
+        return root / CHART_CRDS
+    return None
+
+
 def stale_crds(directory: Path) -> list[str]:
     """What is out of date in `directory`: one entry per file, with a short diff."""
     findings: list[str] = []
@@ -381,25 +397,41 @@ def write_crds(directory: Path) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rollout.api.crd", description="Generate the CRDs in crds/."
+        prog="python -m rollout.api.crd",
+        description="Generate the CRDs in crds/ and the Helm chart's copy of them.",
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="write the CRD files")
     action.add_argument("--check", action="store_true", help="exit 1 if they are out of date")
     parser.add_argument("--dir", type=Path, default=None, help="the crds/ directory")
+    parser.add_argument(
+        "--chart-dir",
+        type=Path,
+        default=None,
+        help="the chart's copy (default: charts/rollout-operator/files/crds of the checkout, "
+        "only when --dir is not given)",
+    )
     args = parser.parse_args(argv)
     directory: Path = args.dir or default_crds_dir()
+    directories = [directory]
+    chart_dir: Path | None = args.chart_dir
+    if chart_dir is None and args.dir is None:
+        chart_dir = default_chart_crds_dir(directory)
+    if chart_dir is not None:
+        directories.append(chart_dir)
     if args.write:
-        for path in write_crds(directory):
-            print(f"wrote {path}")
+        for target in directories:
+            for path in write_crds(target):
+                print(f"wrote {path}")
         return 0
-    findings = stale_crds(directory)
+    findings = [finding for target in directories for finding in stale_crds(target)]
     for finding in findings:
         print(finding, file=sys.stderr)
     if findings:
         print("run: python -m rollout.api.crd --write", file=sys.stderr)
         return 1
-    print(f"{directory}: up to date")
+    for target in directories:
+        print(f"{target}: up to date")
     return 0
 
 
