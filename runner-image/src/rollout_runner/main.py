@@ -1,0 +1,224 @@
+"""`rollout-runner`: the sidecar of a trial Pod. Parses its arguments and runs `run_trial`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.resources import RolloutTrialSpec
+from rollout.storage import (
+    ENV_BUCKET,
+    ENV_CREDENTIALS_DIR,
+    ENV_ENDPOINT,
+    ENV_PATH_STYLE,
+    ENV_PREFIX,
+    ENV_REGION,
+    ObjectStore,
+    StorageSettings,
+)
+from rollout_runner import termination
+from rollout_runner.context import RunnerOptions
+from rollout_runner.redact import MIN_SECRET_LENGTH, RedactingFilter, Redactor
+from rollout_runner.shim import CONTROL_DIR
+from rollout_runner.shim_environment import ShimEnvironment
+from rollout_runner.spec import (
+    AGENT_ENV_PREFIX,
+    SPEC_ENV_VAR,
+    AgentEnv,
+    load_spec,
+    resolve_agent_env,
+)
+from rollout_runner.trial import TrialReport, run_trial
+
+log = logging.getLogger("rollout_runner")
+
+EXIT_OK = 0
+EXIT_RUNNER_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+DESCRIPTION = """\
+Run one trial of a RolloutTrial in its Pod: wait for the environment container's shim, fetch the
+task, place the instruction, run the agent's install and execute scripts (or the oracle's
+solution) and the verifier through the shim, then upload the trial's files and write a summary to
+the termination log.
+"""
+
+EPILOG = f"""\
+trial spec:
+  The RolloutTrial's .spec as JSON (camelCase, as in the resource): from the file given with
+  --spec, else from the environment variable {SPEC_ENV_VAR}. Agent env values that come from
+  Secrets are not in the spec: each one (<NAME>) is read from this process's own environment
+  variable {AGENT_ENV_PREFIX}<NAME> (the operator sets it from the same secretKeyRef).
+
+storage (environment variables):
+  {ENV_BUCKET:<32} bucket with tasks/ and jobs/ (required)
+  {ENV_PREFIX:<32} key prefix (default: none)
+  {ENV_ENDPOINT:<32} S3 endpoint URL, e.g. http://minio:9000 (default: AWS S3)
+  {ENV_REGION:<32} region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)
+  {ENV_PATH_STYLE:<32} true/false: path-style addressing, as MinIO needs
+  {ENV_CREDENTIALS_DIR:<32} mounted Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+  {"":<32} (and AWS_SESSION_TOKEN); else those variables, else
+  {"":<32} boto3's default chain (IRSA, instance profile)
+  The task is read from <prefix>/tasks/<taskContentHash>.tar.gz; the trial's files go to
+  <prefix>/jobs/<job>/<agent>/<dataset>/<task>__<attempt>/ (setup/, command/, logs/,
+  error.txt, and result.json last).
+
+outcome:
+  The termination log gets compact JSON (at most 4096 bytes): reward, error {{type, message}},
+  durations, timestamps, result_uri and upload_error. Secret agent env values (at least
+  {MIN_SECRET_LENGTH} characters) are replaced by *** in everything the runner writes or uploads.
+  Unless the spec sets preserveEnv, the environment is told to exit at the end; with it, the
+  environment keeps running (the Pod stays Running) for inspection.
+
+exit status:
+  {EXIT_OK}  a trial result was produced (whatever the trial's outcome, and even if uploading
+     failed: the termination log says so in upload_error)
+  {EXIT_RUNNER_FAILED}  the runner itself failed before producing a result
+  {EXIT_BAD_INPUT}  the spec, the agent's Secret env or the storage settings are missing or invalid
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollout-runner",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--spec", type=Path, help=f"file with the trial spec as JSON (default: ${SPEC_ENV_VAR})"
+    )
+    parser.add_argument(
+        "--control-dir",
+        type=Path,
+        default=Path(CONTROL_DIR),
+        help="the shim's control directory, shared with the environment (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logs-dir",
+        type=Path,
+        default=Path("/logs"),
+        help="the environment's /logs as mounted here (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="private directory for the task's files (default: a new temporary directory)",
+    )
+    parser.add_argument(
+        "--termination-log",
+        type=Path,
+        default=termination.DEFAULT_PATH,
+        help="where the outcome is written (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ready-timeout-sec",
+        type=_positive,
+        default=600.0,
+        help="how long the environment may take to become ready (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--upload-timeout-sec",
+        type=_positive,
+        default=600.0,
+        help="deadline for uploading the trial's files (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error", "critical"],
+        help="log level (default: the spec's logLevel)",
+    )
+    return parser
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The `rollout-runner` console script."""
+    sys.exit(run(argv))
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=(args.log_level or "info").upper(), handlers=[handler], force=True)
+    try:
+        spec = load_spec(args.spec, os.environ)
+        agent_env = resolve_agent_env(spec.agent, os.environ)
+        settings = StorageSettings.from_env()
+    except InvalidInput as err:
+        return _fail(args.termination_log, f"The runner's input is invalid: {err}", EXIT_BAD_INPUT)
+    handler.addFilter(RedactingFilter(Redactor([*agent_env.secrets, *settings.secrets()])))
+    if args.log_level is None:
+        logging.getLogger().setLevel(spec.log_level.value.upper())
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="rollout-runner-"))
+    options = RunnerOptions(
+        work_dir=work_dir,
+        logs_dir=args.logs_dir,
+        ready_timeout_sec=args.ready_timeout_sec,
+        upload_timeout_sec=args.upload_timeout_sec,
+    )
+    try:
+        report = asyncio.run(_run_trial(spec, settings, args.control_dir, agent_env, options))
+    except Exception as err:
+        log.exception("the runner failed")
+        return _fail(
+            args.termination_log,
+            f"The runner failed: {type(err).__name__}: {err}",
+            EXIT_RUNNER_FAILED,
+            Redactor([*agent_env.secrets, *settings.secrets()]),
+        )
+    finally:
+        if args.work_dir is None:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    termination.write(args.termination_log, report.termination_message())
+    return EXIT_OK
+
+
+async def _run_trial(
+    spec: RolloutTrialSpec,
+    settings: StorageSettings,
+    control_dir: Path,
+    agent_env: AgentEnv,
+    options: RunnerOptions,
+) -> TrialReport:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    store = ObjectStore(settings)
+    environment = ShimEnvironment(control_dir)
+    return await run_trial(
+        spec, environment, store, agent_env=agent_env, options=options, stop=stop
+    )
+
+
+def _fail(path: Path, message: str, code: int, redactor: Redactor | None = None) -> int:
+    message = redactor.text(message) if redactor else message
+    log.error("%s", message)
+    fields = termination.from_result(None, result_uri=None, upload_error=None)
+    fields["error"] = {"type": ErrorType.INTERNAL_ERROR.value, "message": message}
+    termination.write(path, termination.render(fields))
+    return code
+
+
+if __name__ == "__main__":
+    main()

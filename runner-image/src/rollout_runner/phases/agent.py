@@ -1,0 +1,185 @@
+"""The agent: install (`agent_setup`) and execute (`agent_execution`), or the oracle.
+
+The install and execute scripts of job.yaml are copied into the environment as files
+(/installed-agent/install.sh, execute.sh) and run with bash, as the agent user when there is one,
+in the working directory, with the agent's env and ROLLOUT_TASK_INSTRUCTION. Their stdout and
+stderr become the trial's setup/ and command/ files. The oracle has no install: its solution/ is
+copied to /oracle (its agent_setup) and `bash /oracle/solve.sh` runs with task.toml's
+[solution.env] (its agent_execution, output in command/).
+
+Whatever happened, every process the agent left behind is killed before this phase returns, so
+nothing of the agent runs while /tests is copied in and the verifier runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+from pathlib import Path
+
+from rollout.api.errors import ErrorType
+from rollout.api.job import INSTRUCTION_ENV_VAR
+from rollout.api.layout import COMMAND_STDERR, COMMAND_STDOUT, SETUP_STDERR, SETUP_STDOUT
+from rollout_runner.context import AGENT_SCRIPTS, ORACLE, TrialContext
+from rollout_runner.environment import EnvironmentFailure, ExecResult
+from rollout_runner.phases.common import output_detail
+from rollout_runner.record import Phase
+
+log = logging.getLogger(__name__)
+
+
+async def run(ctx: TrialContext) -> None:
+    """Run the agent phases unless setup failed; then kill whatever the agent left running."""
+    if ctx.record.failed or ctx.task is None:
+        return
+    try:
+        if ctx.is_oracle:
+            await _oracle(ctx)
+        else:
+            await _install(ctx)
+            if not ctx.record.failed:
+                await _execute(ctx)
+    finally:
+        await _kill_leftovers(ctx)
+
+
+def _agent_env(ctx: TrialContext) -> dict[str, str]:
+    return {INSTRUCTION_ENV_VAR: ctx.spec.instruction_path, **ctx.agent_env.values}
+
+
+async def _install(ctx: TrialContext) -> None:
+    script = ctx.spec.agent.install
+    if not script or not script.strip():
+        return  # no install script: the phase does not run and its durations stay null
+    timeout = ctx.spec.timeouts.agent_install_sec
+    with ctx.record.phase(Phase.AGENT_SETUP):
+        result = await _run_script(ctx, "install.sh", script, timeout)
+        if result is None:
+            return
+        ctx.outputs[SETUP_STDOUT] = result.stdout
+        ctx.outputs[SETUP_STDERR] = result.stderr
+        if result.timed_out:
+            ctx.record.fail(
+                ErrorType.AGENT_INSTALL_TIMEOUT,
+                f"Agent install exceeded timeout of {timeout:g} seconds",
+                output_detail(result, ctx.redactor),
+            )
+        elif result.exit_code != 0:
+            ctx.record.fail(
+                ErrorType.AGENT_INSTALL_FAILED,
+                f"Agent install script {_ended(result)}",
+                output_detail(result, ctx.redactor),
+            )
+
+
+async def _execute(ctx: TrialContext) -> None:
+    script = ctx.spec.agent.execute or ""
+    timeout = ctx.spec.timeouts.agent_sec
+    with ctx.record.phase(Phase.AGENT_EXECUTION):
+        result = await _run_script(ctx, "execute.sh", script, timeout)
+        if result is not None:
+            _judge_execution(ctx, result, "Agent execute script", timeout)
+
+
+async def _oracle(ctx: TrialContext) -> None:
+    assert ctx.task is not None
+    with ctx.record.phase(Phase.AGENT_SETUP):
+        try:
+            await ctx.housekeeping(f"rm -rf {ORACLE}", f"clearing {ORACLE}")
+            await ctx.environment.put_files(
+                ctx.task.path / "solution", ORACLE, owner=ctx.agent_user
+            )
+        except EnvironmentFailure as err:
+            _environment_failed(ctx, err)
+            return
+    timeout = ctx.spec.timeouts.agent_sec
+    env = {**_agent_env(ctx), **ctx.task.config.solution.env}
+    with ctx.record.phase(Phase.AGENT_EXECUTION):
+        result = await _run(ctx, f"bash {ORACLE}/solve.sh", env, timeout)
+        if result is not None:
+            _judge_execution(ctx, result, f"Oracle solution (bash {ORACLE}/solve.sh)", timeout)
+
+
+def _judge_execution(ctx: TrialContext, result: ExecResult, what: str, timeout: float) -> None:
+    ctx.outputs[COMMAND_STDOUT] = result.stdout
+    ctx.outputs[COMMAND_STDERR] = result.stderr
+    if result.timed_out:
+        ctx.record.fail(
+            ErrorType.AGENT_EXECUTION_TIMEOUT,
+            f"Agent execution exceeded timeout of {timeout:g} seconds",
+            output_detail(result, ctx.redactor),
+        )
+    elif result.exit_code != 0:
+        # The seed's trial flow (step 4) says the task is complete when the execute script
+        # finishes "regardless of exit code", but its Error Types table defines
+        # agent_execution_failed as "Agent execute script returned non-zero exit code" and its
+        # error handling rules say "If an error occurs during agent install/execution, the
+        # verifier is skipped". We follow the table and the rules: a non-zero exit is
+        # agent_execution_failed, and the verifier does not run.
+        ctx.record.fail(
+            ErrorType.AGENT_EXECUTION_FAILED,
+            f"{what} {_ended(result)}",
+            output_detail(result, ctx.redactor),
+        )
+
+
+async def _run_script(
+    ctx: TrialContext, name: str, script: str, timeout_sec: float
+) -> ExecResult | None:
+    """Copy a job.yaml script into the environment and run it with bash."""
+    local = ctx.options.work_dir / "agent" / name
+    await asyncio.to_thread(_write_script, local, script)
+    target = f"{AGENT_SCRIPTS}/{name}"
+    try:
+        await ctx.environment.put_files(local, target, owner=ctx.agent_user)
+    except EnvironmentFailure as err:
+        _environment_failed(ctx, err)
+        return None
+    return await _run(ctx, f"bash {shlex.quote(target)}", _agent_env(ctx), timeout_sec)
+
+
+def _write_script(local: Path, script: str) -> None:
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_text(script, encoding="utf-8")
+
+
+async def _run(
+    ctx: TrialContext, command: str, env: dict[str, str], timeout_sec: float
+) -> ExecResult | None:
+    user = ctx.agent_user or "default"
+    log.info("running %s (timeout %gs, user %s)", command, timeout_sec, user)
+    try:
+        result = await ctx.run(
+            command, env=env, user=ctx.agent_user, cwd=ctx.workdir, timeout_sec=timeout_sec
+        )
+    except EnvironmentFailure as err:
+        _environment_failed(ctx, err)
+        return None
+    log.info("%s: exit code %s, timed out: %s", command, result.exit_code, result.timed_out)
+    return result
+
+
+async def _kill_leftovers(ctx: TrialContext) -> None:
+    """Kill every process the agent left behind (daemons, background jobs)."""
+    try:
+        async with asyncio.timeout(ctx.options.housekeeping_timeout_sec):
+            await ctx.environment.kill_all()
+    except (EnvironmentFailure, TimeoutError) as err:
+        why = str(err) or "no answer in time"
+        message = f"Processes the agent left behind could not be killed: {why}"
+        if ctx.record.failed:
+            ctx.record.notes.append(message)
+        else:
+            # The verifier must never run beside the agent's processes.
+            ctx.record.fail(ErrorType.INTERNAL_ERROR, message)
+
+
+def _environment_failed(ctx: TrialContext, err: EnvironmentFailure) -> None:
+    ctx.record.fail(ErrorType.INTERNAL_ERROR, f"The environment failed: {err}")
+
+
+def _ended(result: ExecResult) -> str:
+    if result.exit_code is None:
+        return "did not start"
+    return f"exited with code {result.exit_code}"

@@ -1,0 +1,202 @@
+"""Collection: the trial's files, scrubbed of secrets, uploaded under the trial's prefix.
+
+Objects, under `<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/`:
+
+    setup/stdout.txt, setup/stderr.txt      agent install output (when an install ran)
+    command/stdout.txt, command/stderr.txt  agent execute (or oracle solve.sh) output
+    logs/...                                every regular file of the environment's /logs
+                                            (logs/agent/, logs/verifier/reward.txt, stdout.txt, ...)
+    error.txt                               when the trial has an error
+    result.json                             always, and always last: its presence in storage
+                                            means the trial is complete
+
+Every object passes through the `Redactor` (see `rollout_runner.redact`). Symlinks and special
+files in /logs are skipped (the agent wrote that tree). Uploads run in one daemon thread, in the
+order above, on a deadline of their own (`upload_timeout_sec`); each call is retried by the
+storage module's policy, and the first object that still fails stops the uploads, so that a
+trial whose files are not all in storage never gets its result.json there either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout.api.layout import (
+    COMMAND_STDERR,
+    COMMAND_STDOUT,
+    ERROR_TXT,
+    LOGS_DIR,
+    RESULT_JSON,
+    SETUP_STDERR,
+    SETUP_STDOUT,
+)
+from rollout.api.results import TrialError, TrialResult
+from rollout.storage import StorageError
+from rollout_runner.context import TrialContext
+from rollout_runner.phases.common import readable_logs
+from rollout_runner.threads import in_daemon_thread
+
+log = logging.getLogger(__name__)
+
+OUTPUT_FILES = (SETUP_STDOUT, SETUP_STDERR, COMMAND_STDOUT, COMMAND_STDERR)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One object to upload: its full key and the local file with its (scrubbed) content."""
+
+    key: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class UploadOutcome:
+    uploaded: list[str]
+    error: str | None
+
+
+def _staging(ctx: TrialContext) -> Path:
+    return ctx.options.work_dir / "upload"
+
+
+async def gather_logs(ctx: TrialContext) -> list[Upload]:
+    """The files of the environment's /logs, to be uploaded as logs/ (call before teardown)."""
+    logs = await readable_logs(ctx)
+    if logs is None:
+        return []
+    return await asyncio.to_thread(_stage_logs, ctx, logs)
+
+
+def _stage_logs(ctx: TrialContext, logs: Path) -> list[Upload]:
+    staging = _staging(ctx) / LOGS_DIR
+    base = f"{ctx.trial_prefix}{LOGS_DIR}/"
+    uploads: list[Upload] = []
+    for dirpath, dirnames, filenames in os.walk(logs, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            relative = path.relative_to(logs).as_posix()
+            try:
+                regular = stat.S_ISREG(os.lstat(path).st_mode)
+                if not regular:
+                    ctx.record.notes.append(f"logs/{relative} was not uploaded: not a regular file")
+                    continue
+                if ctx.redactor:
+                    copy = staging / relative
+                    ctx.redactor.copy_file(path, copy)
+                    path = copy
+            except OSError as err:
+                ctx.record.notes.append(f"logs/{relative} could not be read: {err}")
+                continue
+            uploads.append(Upload(base + relative, path))
+    return uploads
+
+
+def trial_result(ctx: TrialContext) -> TrialResult:
+    """result.json's content, its error message scrubbed of secrets."""
+    spec = ctx.spec
+    result = ctx.record.result(
+        task=spec.task_name, dataset=spec.dataset_name, agent=spec.agent.name, attempt=spec.attempt
+    )
+    if result.error is not None:
+        result.error = TrialError(
+            type=result.error.type, message=ctx.redactor.text(result.error.message)
+        )
+    return result
+
+
+def error_text(ctx: TrialContext) -> str | None:
+    """error.txt: the trial's error, its detail, any further errors and notes."""
+    main = ctx.record.error
+    if main is None:
+        return None
+    spec = ctx.spec
+    lines = [
+        f"{main.type}: {main.message}",
+        "",
+        f"Trial: {spec.job_name}/{spec.agent.name}/{spec.dataset_name}/"
+        f"{spec.task_name}__{spec.attempt}",
+    ]
+    if main.phase:
+        lines.append(f"Phase: {main.phase}")
+    if main.detail:
+        lines += ["", main.detail]
+    others = [e for e in ctx.record.errors if e is not main]
+    if others:
+        lines += ["", "Other errors:"]
+        for other in others:
+            lines.append(f"- {other.type}: {other.message}")
+            if other.detail:
+                lines.append(other.detail)
+    if ctx.record.notes:
+        lines += ["", "Notes:", *(f"- {note}" for note in ctx.record.notes)]
+    return ctx.redactor.text("\n".join(lines) + "\n")
+
+
+def stage_trial_files(
+    ctx: TrialContext, result: TrialResult, error: str | None
+) -> tuple[list[Upload], list[Upload]]:
+    """(setup/ and command/ outputs, then error.txt and result.json), written scrubbed."""
+    staging = _staging(ctx)
+    prefix = ctx.trial_prefix
+    outputs: list[Upload] = []
+    for name in OUTPUT_FILES:
+        if name in ctx.outputs:
+            data = ctx.redactor.data(ctx.outputs[name])
+            outputs.append(_write(staging / name, prefix + name, data))
+    final: list[Upload] = []
+    if error is not None:
+        final.append(_write(staging / ERROR_TXT, prefix + ERROR_TXT, error.encode()))
+    result_json = ctx.redactor.text(result.to_json()).encode()
+    final.append(_write(staging / RESULT_JSON, prefix + RESULT_JSON, result_json))
+    return outputs, final
+
+
+def _write(path: Path, key: str, data: bytes) -> Upload:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return Upload(key, path)
+
+
+async def upload(ctx: TrialContext, uploads: list[Upload]) -> UploadOutcome:
+    """Upload in order, stopping at the first failure or at the upload deadline."""
+    timeout = ctx.options.upload_timeout_sec
+    done: list[str] = []
+    give_up = threading.Event()
+
+    def work() -> None:
+        for item in uploads:
+            if give_up.is_set():
+                return
+            try:
+                ctx.store.upload_file(item.path, item.key)
+            except FileNotFoundError:
+                ctx.record.notes.append(f"{item.key} was not uploaded: its file vanished")
+                continue
+            done.append(item.key)
+
+    error: str | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            await in_daemon_thread(work, name="rollout-upload")
+    except TimeoutError:
+        give_up.set()
+        error = f"the uploads did not finish within {timeout:g}s"
+    except StorageError as err:
+        error = str(err)
+    except OSError as err:
+        error = f"a trial file could not be read for upload: {err}"
+    if error is not None:
+        missing = len(uploads) - len(done)
+        error = ctx.redactor.text(
+            f"{error}; {len(done)} of {len(uploads)} objects were uploaded, {missing} "
+            f"(result.json among them) were not"
+        )
+        log.error("uploading the trial's files failed: %s", error)
+    return UploadOutcome(uploaded=list(done), error=error)

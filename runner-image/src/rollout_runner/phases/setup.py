@@ -1,0 +1,125 @@
+"""Environment setup: wait for the environment, fetch the task, place the instruction.
+
+Everything here counts as the seed's `environment_setup` phase: waiting for the environment to
+become ready (in a trial Pod: the shim's ready signal), downloading the task archive
+(`tasks/<contentHash>.tar.gz`) into the runner's own work directory, which the environment cannot
+see (tests/ and solution/ stay hidden from the agent), and copying instruction.md to the
+instruction path. With an agent user, /logs/verifier and /tests are made root-only (0700) here,
+before the agent can touch them, and /logs/agent is given to the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import shutil
+from pathlib import Path
+
+from rollout.api.bundle import extract_task_archive
+from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.layout import task_archive_key
+from rollout.api.taskdir import INSTRUCTION, Task, load_task, require_oracle_solution, tree_hash
+from rollout.storage import ObjectNotFound, StorageError
+from rollout_runner.context import AGENT_LOGS, LOGS, TESTS, VERIFIER_LOGS, TrialContext
+from rollout_runner.environment import EnvironmentFailure
+from rollout_runner.record import Phase
+from rollout_runner.threads import in_daemon_thread
+
+log = logging.getLogger(__name__)
+
+READY_GRACE_SEC = 30.0
+
+
+async def run(ctx: TrialContext) -> None:
+    """Run the environment setup phase; on failure the error is recorded and nothing follows."""
+    with ctx.record.phase(Phase.ENVIRONMENT_SETUP):
+        if not await _wait_for_environment(ctx):
+            return
+        task = await _fetch_task(ctx)
+        if task is None:
+            return
+        ctx.task = task
+        try:
+            await ctx.housekeeping(_prepare_script(ctx.agent_user), "preparing /logs")
+            await ctx.environment.put_files(
+                task.path / INSTRUCTION, ctx.spec.instruction_path, owner=ctx.agent_user
+            )
+        except EnvironmentFailure as err:
+            ctx.record.fail(
+                ErrorType.ENVIRONMENT_START_FAILED, f"The environment could not be prepared: {err}"
+            )
+
+
+async def _wait_for_environment(ctx: TrialContext) -> bool:
+    timeout = ctx.options.ready_timeout_sec
+    log.info("waiting up to %gs for the environment", timeout)
+    try:
+        async with asyncio.timeout(timeout + READY_GRACE_SEC):
+            await ctx.environment.wait_ready(timeout)
+    except (EnvironmentFailure, TimeoutError) as err:
+        message = str(err) or f"the environment was not ready within {timeout:g}s"
+        ctx.record.fail(
+            ErrorType.ENVIRONMENT_START_FAILED, f"The environment did not start: {message}"
+        )
+        return False
+    ctx.environment_ready = True
+    return True
+
+
+async def _fetch_task(ctx: TrialContext) -> Task | None:
+    """Download and unpack the task; record task_not_found / task_invalid and return None."""
+    spec = ctx.spec
+    key = task_archive_key(ctx.store.settings.prefix, spec.task_content_hash)
+    uri = ctx.store.uri(key)
+    try:
+        data = await in_daemon_thread(lambda: ctx.store.get_bytes(key))
+    except ObjectNotFound:
+        ctx.record.fail(
+            ErrorType.TASK_NOT_FOUND,
+            f"Task {spec.task_name!r} of dataset {spec.dataset_name!r} was not found: there is "
+            f"no task archive at {uri} (was the dataset published to this bucket?)",
+        )
+        return None
+    except StorageError as err:
+        ctx.record.fail(ErrorType.INTERNAL_ERROR, f"The task archive could not be fetched: {err}")
+        return None
+    destination = ctx.options.work_dir / "task"
+    try:
+        return await asyncio.to_thread(_unpack, data, destination, ctx)
+    except InvalidInput as err:
+        # Paths in the work directory mean nothing to the user: name the task instead.
+        message = str(err).replace(str(destination), f"task {spec.task_name!r}")
+        ctx.record.fail(err.error_type or ErrorType.TASK_INVALID, f"The task is invalid: {message}")
+        return None
+
+
+def _unpack(data: bytes, destination: Path, ctx: TrialContext) -> Task:
+    shutil.rmtree(destination, ignore_errors=True)
+    extract_task_archive(data, destination)
+    found = tree_hash(destination)
+    if found != ctx.spec.task_content_hash:
+        raise InvalidInput.one(
+            "task archive",
+            None,
+            f"its content hash is {found}, not {ctx.spec.task_content_hash} as its name says",
+            ErrorType.TASK_INVALID,
+        )
+    task = load_task(destination, name=ctx.spec.task_name)
+    if ctx.is_oracle:
+        require_oracle_solution(task)
+    return task
+
+
+def _prepare_script(agent_user: str | None) -> str:
+    """Create the seed's /logs directories; with an agent user, lock the verifier's away."""
+    script = f"mkdir -p {AGENT_LOGS} {VERIFIER_LOGS}"
+    if agent_user is None:
+        return script
+    user = shlex.quote(agent_user)
+    # /logs itself is root's, so the agent cannot rename /logs/verifier away and make its own;
+    # /tests exists (empty, root-only) so the agent cannot create it first.
+    return (
+        f"set -e; {script} {TESTS}; chown 0:0 {LOGS} {VERIFIER_LOGS} {TESTS}; chmod 0755 {LOGS}; "
+        f"chmod 0700 {VERIFIER_LOGS} {TESTS}; chown -R {user} {AGENT_LOGS}"
+    )

@@ -1,0 +1,111 @@
+"""The trial the runner is asked to run: the RolloutTrial spec and the agent's env values.
+
+The operator hands the runner container the RolloutTrial's `.spec` as JSON (camelCase, as in the
+resource), either in the environment variable `ROLLOUT_TRIAL_SPEC` or in a file named by
+`--spec`. Agent env values that come from Secrets never appear in the spec: the operator maps each
+agent EnvVar with `valueFrom.secretKeyRef` to a variable of the runner container itself, named by
+`agent_env_var_name` (`ROLLOUT_AGENT_ENV_<NAME>`), and the runner reads it from its own
+environment. Literal values (`value:`) come from the spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from rollout.api.errors import InvalidInput, Problem, problems_from_validation_error
+from rollout.api.resources import AgentSpec, RolloutTrialSpec
+
+SPEC_ENV_VAR = "ROLLOUT_TRIAL_SPEC"
+"""The runner container's variable holding the trial spec as JSON (when --spec is not given)."""
+
+AGENT_ENV_PREFIX = "ROLLOUT_AGENT_ENV_"
+
+
+def agent_env_var_name(name: str) -> str:
+    """The runner container's variable that carries the Secret-sourced agent env var `name`.
+
+    The operator sets `ROLLOUT_AGENT_ENV_<name>` from the same secretKeyRef in the runner
+    container; agent env names are shell names (letters, digits, underscores), so the result is
+    one too.
+    """
+    return f"{AGENT_ENV_PREFIX}{name}"
+
+
+@dataclass(frozen=True)
+class AgentEnv:
+    """The agent's env values for install and execute, and which of them are secrets."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)
+    """Values that came from Secrets: scrubbed wherever the runner writes (see `redact`)."""
+
+
+def load_spec(path: Path | None, environ: Mapping[str, str]) -> RolloutTrialSpec:
+    """Read the trial spec from the file `path`, or else from `ROLLOUT_TRIAL_SPEC`.
+
+    Raises InvalidInput naming the file (or the variable) and each field that is wrong.
+    """
+    if path is not None:
+        source = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise InvalidInput.one(source, None, f"cannot be read: {err.strerror or err}") from None
+        except UnicodeDecodeError as err:
+            raise InvalidInput.one(source, None, f"not UTF-8 text ({err.reason})") from None
+    else:
+        source = SPEC_ENV_VAR
+        text = environ.get(SPEC_ENV_VAR, "")
+        if not text.strip():
+            raise InvalidInput.one(
+                "environment",
+                SPEC_ENV_VAR,
+                "is not set: give the trial spec as JSON in it, or as a file with --spec",
+            )
+    return parse_spec(text, source)
+
+
+def parse_spec(text: str | bytes, source: str = "trial spec") -> RolloutTrialSpec:
+    """Validate the JSON of a RolloutTrial spec; problems name `source` and the field."""
+    try:
+        return RolloutTrialSpec.model_validate_json(text)
+    except ValidationError as err:
+        raise InvalidInput(problems_from_validation_error(err, source)) from None
+
+
+def resolve_agent_env(agent: AgentSpec, environ: Mapping[str, str]) -> AgentEnv:
+    """The agent's env: literal values from the spec, Secret values from `environ`.
+
+    A Secret-sourced variable whose runner variable is missing is an error, unless its
+    secretKeyRef is optional (Kubernetes then leaves it unset too).
+    """
+    values: dict[str, str] = {}
+    secrets: list[str] = []
+    problems: list[Problem] = []
+    for index, var in enumerate(agent.env):
+        if var.value_from is None:
+            values[var.name] = var.value or ""
+            continue
+        carrier = agent_env_var_name(var.name)
+        value = environ.get(carrier)
+        if value is None:
+            if not var.value_from.secret_key_ref.optional:
+                ref = var.value_from.secret_key_ref
+                problems.append(
+                    Problem(
+                        "environment",
+                        carrier,
+                        f"is not set, but agent.env[{index}] ({var.name}) takes its value from "
+                        f"key {ref.key!r} of Secret {ref.name!r} through it",
+                    )
+                )
+            continue
+        values[var.name] = value
+        secrets.append(value)
+    if problems:
+        raise InvalidInput(problems)
+    return AgentEnv(values=values, secrets=secrets)

@@ -1,0 +1,171 @@
+"""One trial from start to finish: the phases in order, then collection, teardown and uploads.
+
+    environment setup -> agent (install, execute | oracle) -> verifier      (phases/, in order)
+    then, in a `finally`:  gather /logs -> teardown -> result.json -> uploads (result.json last)
+
+Each phase records its errors in the `TrialRecord` and later phases skip themselves when an error
+has been recorded, so the order of the seed's rules lives in the phases: a failed setup runs
+nothing else, an agent error skips the verifier, a teardown error keeps the reward. Anything
+unexpected becomes `internal_error`, and the trial still produces its result.json and uploads
+what it has. So does a stop request (SIGTERM: the Pod is being deleted), which cancels the
+phase that is running.
+
+The core takes its environment, its storage and its clock as parameters; `rollout_runner.main`
+only builds them from the command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rollout.api.errors import ErrorType
+from rollout.api.layout import RESULT_JSON
+from rollout.api.resources import RolloutTrialSpec
+from rollout.api.results import TrialResult
+from rollout.storage import ObjectStore
+from rollout_runner import termination
+from rollout_runner.clock import SYSTEM_CLOCK, Clock
+from rollout_runner.context import RunnerOptions, TrialContext
+from rollout_runner.environment import Environment
+from rollout_runner.phases import agent, collect, setup, teardown, verifier
+from rollout_runner.record import TrialRecord
+from rollout_runner.redact import Redactor
+from rollout_runner.spec import AgentEnv
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TrialReport:
+    """What the runner reports about a trial it ran."""
+
+    result: TrialResult
+    result_uri: str
+    error_text: str | None
+    """error.txt's content, when the trial has an error."""
+    uploaded: list[str]
+    upload_error: str | None
+
+    def termination_message(self) -> bytes:
+        return termination.render(
+            termination.from_result(
+                self.result, result_uri=self.result_uri, upload_error=self.upload_error
+            )
+        )
+
+
+async def run_trial(
+    spec: RolloutTrialSpec,
+    environment: Environment,
+    store: ObjectStore,
+    *,
+    agent_env: AgentEnv,
+    options: RunnerOptions,
+    clock: Clock = SYSTEM_CLOCK,
+    stop: asyncio.Event | None = None,
+) -> TrialReport:
+    """Run the trial `spec` in `environment` and store its files; never raises for the trial.
+
+    Setting `stop` cancels the running phase (recorded as internal_error) and goes on to
+    collection, teardown and uploads.
+    """
+    await asyncio.to_thread(options.work_dir.mkdir, parents=True, exist_ok=True)
+    ctx = TrialContext(
+        spec=spec,
+        environment=environment,
+        store=store,
+        clock=clock,
+        options=options,
+        agent_env=agent_env,
+        redactor=Redactor([*agent_env.secrets, *store.settings.secrets()]),
+        record=TrialRecord(clock),
+    )
+    log.info(
+        "trial %s/%s/%s/%s__%d starts",
+        spec.job_name,
+        spec.agent.name,
+        spec.dataset_name,
+        spec.task_name,
+        spec.attempt,
+    )
+    try:
+        await _run_phases(ctx, stop)
+    finally:
+        logs = await _guarded(ctx, collect.gather_logs(ctx), "gathering /logs") or []
+        await _guarded(ctx, teardown.run(ctx), "teardown")
+        ctx.record.finish()
+        result = collect.trial_result(ctx)
+        error = collect.error_text(ctx)
+        outputs, final = await asyncio.to_thread(collect.stage_trial_files, ctx, result, error)
+        outcome = await collect.upload(ctx, [*outputs, *logs, *final])
+    _log_outcome(ctx, result)
+    return TrialReport(
+        result=result,
+        result_uri=store.uri(ctx.trial_prefix + RESULT_JSON),
+        error_text=error,
+        uploaded=outcome.uploaded,
+        upload_error=outcome.error,
+    )
+
+
+async def _run_phases(ctx: TrialContext, stop: asyncio.Event | None) -> None:
+    phases = asyncio.create_task(_phases(ctx))
+    if stop is None:
+        await phases
+        return
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({phases, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not phases.done():
+        log.warning("asked to stop: cancelling the running phase")
+        phases.cancel()
+    await phases
+
+
+async def _phases(ctx: TrialContext) -> None:
+    try:
+        await setup.run(ctx)
+        await agent.run(ctx)
+        await verifier.run(ctx)
+    except asyncio.CancelledError:
+        ctx.record.fail(
+            ErrorType.INTERNAL_ERROR,
+            f"The runner was stopped during {_phase_name(ctx)} (SIGTERM: the Pod is going away)",
+        )
+    except Exception as err:
+        log.exception("unexpected error during %s", _phase_name(ctx))
+        ctx.record.fail(
+            ErrorType.INTERNAL_ERROR,
+            f"Unexpected error during {_phase_name(ctx)}: {type(err).__name__}: {err}",
+            traceback.format_exc(),
+        )
+
+
+async def _guarded(ctx: TrialContext, step: Awaitable[T], what: str) -> T | None:
+    """Await a collection step; a bug in it must not cost the trial its result.json."""
+    try:
+        return await step
+    except Exception as err:
+        log.exception("unexpected error while %s", what)
+        ctx.record.notes.append(f"{what} failed unexpectedly: {type(err).__name__}: {err}")
+        return None
+
+
+def _phase_name(ctx: TrialContext) -> str:
+    phase = ctx.record.current_phase or ctx.record.last_phase
+    return phase.value if phase else "the trial"
+
+
+def _log_outcome(ctx: TrialContext, result: TrialResult) -> None:
+    if result.error is not None:
+        log.warning("trial ends with %s: %s", result.error.type, result.error.message)
+    log.info("trial ends: reward %s, %.1fs", result.reward, result.durations.total_sec or 0.0)

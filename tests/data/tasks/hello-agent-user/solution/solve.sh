@@ -1,0 +1,2 @@
+#!/bin/bash
+whoami > /logs/agent/whoami.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+# Writes a reward that is not a number.
+echo abc > /logs/verifier/reward.txt

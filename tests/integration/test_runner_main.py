@@ -1,0 +1,248 @@
+"""`rollout-runner` as the Pod runs it: a process reading its spec, env and storage settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from runner_kit import fast_store, make_spec, new_container_dir, publish_task, trial_objects
+
+from fakecontainer import fake_container, requires_fake_container
+from rollout.api.errors import ErrorType
+from rollout.storage import StorageSettings
+from rollout_runner.spec import agent_env_var_name
+from rollout_runner.termination import MAX_BYTES
+
+pytestmark = pytest.mark.integration
+
+# Quotes and shell syntax included: the value must reach the agent intact and be scrubbed.
+SECRET = "sk-test-4f1c9'\"$(id)`x`-0a7d2e8b5c3f"
+LITERAL = "claude-test-model"
+
+# The agent puts its key everywhere it can: its output, its logs, and (as its "reward") the
+# verifier's reward file, from which the runner quotes it in an error message.
+INSTALL = 'echo "install sees key=$MY_API_KEY"; echo "key=$MY_API_KEY" >&2'
+EXECUTE = """\
+echo "model=$MODEL key=$MY_API_KEY"
+echo "key=$MY_API_KEY" >&2
+printf '%s' "$MY_API_KEY" > /logs/agent/leak.txt
+printf '%s' "${#MY_API_KEY}" > /logs/agent/key-length.txt
+printf '%s' "$MY_API_KEY" > /app/answer.txt
+"""
+
+
+def runner_env(settings: StorageSettings, **extra: str) -> dict[str, str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "ROLLOUT_STORAGE_BUCKET": settings.bucket,
+        "ROLLOUT_STORAGE_ENDPOINT": settings.endpoint_url or "",
+        "ROLLOUT_STORAGE_PATH_STYLE": "true",
+        "AWS_ACCESS_KEY_ID": settings.access_key_id.get_secret_value()
+        if settings.access_key_id
+        else "",
+        "AWS_SECRET_ACCESS_KEY": settings.secret_access_key.get_secret_value()
+        if settings.secret_access_key
+        else "",
+    }
+    env.update(extra)
+    return env
+
+
+def rollout_runner(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rollout_runner.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@requires_fake_container()
+def test_a_secret_agent_env_value_is_used_and_never_stored(
+    tmp_path: Path, s3_settings: StorageSettings
+) -> None:
+    store = fast_store(s3_settings)
+    content_hash = publish_task(store, "reward-from-answer")
+    spec = make_spec(
+        store,
+        "reward-from-answer",
+        content_hash,
+        agent="leaky",
+        install=INSTALL,
+        execute=EXECUTE,
+        env=[
+            {"name": "MY_API_KEY", "valueFrom": {"secretKeyRef": {"name": "keys", "key": "k"}}},
+            {"name": "MODEL", "value": LITERAL},
+        ],
+        logLevel="debug",
+    )
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True))
+    termination_log = tmp_path / "termination-log"
+    with fake_container(new_container_dir(tmp_path)) as container:
+        done = rollout_runner(
+            "--spec",
+            str(spec_file),
+            "--control-dir",
+            str(container.control_dir),
+            "--logs-dir",
+            str(container.logs_dir),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--termination-log",
+            str(termination_log),
+            "--ready-timeout-sec",
+            "20",
+            env=runner_env(s3_settings, **{agent_env_var_name("MY_API_KEY"): SECRET}),
+        )
+        exit_code = container.wait_exit(20)  # the runner told the shim to exit
+
+    assert done.returncode == 0, done.stderr
+    assert exit_code == 0
+    objects = trial_objects(store, spec)
+    # The agent got the value intact, and the literal one too.
+    assert objects["logs/agent/key-length.txt"] == str(len(SECRET)).encode()
+    assert objects["command/stdout.txt"] == f"model={LITERAL} key=***\n".encode()
+    assert objects["setup/stdout.txt"] == b"install sees key=***\n"
+    assert objects["setup/stderr.txt"] == b"key=***\n"
+    assert objects["logs/agent/leak.txt"] == b"***"
+    # The verifier put the key in reward.txt; the runner's message about it is scrubbed too.
+    result = json.loads(objects["result.json"])
+    assert result["error"] == {
+        "type": str(ErrorType.VERIFIER_REWARD_INVALID),
+        "message": "/logs/verifier/reward.txt holds '***', not a number",
+    }
+    assert "***" in objects["error.txt"].decode()
+
+    message = termination_log.read_bytes()
+    assert len(message) <= MAX_BYTES
+    assert json.loads(message)["error"]["type"] == "verifier_reward_invalid"
+    for where, data in [
+        *objects.items(),
+        ("termination message", message),
+        ("runner stderr", done.stderr.encode()),
+        ("runner stdout", done.stdout.encode()),
+    ]:
+        assert SECRET.encode() not in data, f"the secret is in {where}"
+    assert "verifier_reward_invalid" in done.stderr  # the runner did log, at debug level
+    for credential in s3_settings.secrets():
+        assert credential not in done.stderr
+
+
+def test_help_documents_the_spec_and_storage_settings() -> None:
+    done = rollout_runner("--help", env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0
+    for documented in (
+        "--spec",
+        "ROLLOUT_TRIAL_SPEC",
+        "ROLLOUT_AGENT_ENV_<NAME>",
+        "ROLLOUT_STORAGE_BUCKET",
+        "ROLLOUT_STORAGE_ENDPOINT",
+        "ROLLOUT_STORAGE_CREDENTIALS_DIR",
+        "/dev/termination-log",
+        "preserveEnv",
+    ):
+        assert documented in done.stdout, documented
+
+
+def test_a_missing_spec_exits_2_with_a_termination_message(tmp_path: Path) -> None:
+    termination_log = tmp_path / "termination-log"
+    done = rollout_runner(
+        "--termination-log", str(termination_log), env={"PATH": os.environ["PATH"]}
+    )
+    assert done.returncode == 2
+    document = json.loads(termination_log.read_text())
+    assert document["error"]["type"] == "internal_error"
+    assert "ROLLOUT_TRIAL_SPEC: is not set" in document["error"]["message"]
+    assert document["reward"] is None
+
+
+def test_a_missing_secret_value_is_named(tmp_path: Path, s3_settings: StorageSettings) -> None:
+    store = fast_store(s3_settings)
+    spec = make_spec(
+        store,
+        "hello-offline",
+        "0" * 64,
+        agent="needs-key",
+        execute="true",
+        env=[{"name": "MY_API_KEY", "valueFrom": {"secretKeyRef": {"name": "keys", "key": "k"}}}],
+    )
+    termination_log = tmp_path / "termination-log"
+    done = rollout_runner(
+        "--termination-log",
+        str(termination_log),
+        env=runner_env(s3_settings, ROLLOUT_TRIAL_SPEC=spec.model_dump_json(by_alias=True)),
+    )
+    assert done.returncode == 2
+    message = json.loads(termination_log.read_text())["error"]["message"]
+    assert "ROLLOUT_AGENT_ENV_MY_API_KEY: is not set" in message
+    assert "key 'k' of Secret 'keys'" in message
+
+
+@requires_fake_container()
+def test_sigterm_ends_the_running_phase_and_still_stores_the_trial(
+    tmp_path: Path, s3_settings: StorageSettings
+) -> None:
+    store = fast_store(s3_settings)
+    content_hash = publish_task(store, "hello-offline")
+    spec = make_spec(
+        store,
+        "hello-offline",
+        content_hash,
+        agent="sleeper",
+        execute="touch /logs/agent/started; sleep 60",
+        agent_sec=120,
+    )
+    termination_log = tmp_path / "termination-log"
+    with fake_container(new_container_dir(tmp_path)) as container:
+        runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rollout_runner.main",
+                "--control-dir",
+                str(container.control_dir),
+                "--logs-dir",
+                str(container.logs_dir),
+                "--termination-log",
+                str(termination_log),
+            ],
+            env=runner_env(s3_settings, ROLLOUT_TRIAL_SPEC=spec.model_dump_json(by_alias=True)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            started = container.logs_dir / "agent" / "started"
+            deadline = time.monotonic() + 30
+            while not started.exists():
+                assert runner.poll() is None, runner.communicate()
+                assert time.monotonic() < deadline, "the agent never started"
+                time.sleep(0.05)  # polling for the agent's marker, with a deadline
+            runner.send_signal(signal.SIGTERM)
+            _, stderr = runner.communicate(timeout=60)
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+        sleepers = [p for p in container.processes() if p.argv == ["sleep", "60"]]
+        assert container.wait_exit(20) == 0
+
+    assert runner.returncode == 0, stderr
+    assert sleepers == []
+    document = json.loads(termination_log.read_text())
+    assert document["error"]["type"] == "internal_error"
+    assert document["error"]["message"].startswith("The runner was stopped during agent_execution")
+    objects = trial_objects(store, spec)
+    result = json.loads(objects["result.json"])
+    assert result["error"] == document["error"]
+    assert result["timestamps"]["agent_execution_ended_at"] is not None
+    assert result["timestamps"]["verifier_started_at"] is None
+    assert "logs/agent/started" in objects
