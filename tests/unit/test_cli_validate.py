@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from paths import SHARED_TASKS
 
+from paths import SHARED_TASKS
 from rollout.cli.main import main
 
 SHARED_TASK_DIRS = sorted(p for p in SHARED_TASKS.glob("*/*") if (p / "task.toml").is_file())
@@ -97,7 +97,8 @@ def test_registry_that_is_not_a_list(tmp_path: Path, capsys: pytest.CaptureFixtu
     registry.write_text('{"name": "bench"}')
     code, lines = run(capsys, registry)
     assert code == 1
-    assert lines and all(line.startswith(f"error {registry}") for line in lines)
+    assert lines
+    assert all(line.startswith(f"error {registry}") for line in lines)
 
 
 def test_missing_path_and_unknown_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
