@@ -145,6 +145,17 @@ async def test_runs_as_another_user_with_its_env(env: ShimEnvironment) -> None:
     assert root.stdout == b"root\n"
 
 
+async def test_an_agent_user_cannot_reach_the_control_directory(env: ShimEnvironment) -> None:
+    # Whoever can write requests there runs commands as the shim's user (root here).
+    result = await env.run(
+        "ls /rollout; touch /rollout/req/forged && echo forged", user="agent", timeout_sec=10
+    )
+    assert result.exit_code != 0
+    assert b"forged" not in result.stdout
+    assert b"Permission denied" in result.stderr
+    assert not (env.control_dir / "req" / "forged").exists()
+
+
 async def test_timeout_kills_the_command_and_a_child_that_ignores_term(
     env: ShimEnvironment, container: FakeContainer
 ) -> None:

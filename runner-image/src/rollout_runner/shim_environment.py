@@ -135,12 +135,6 @@ class ShimEnvironment(Environment):
 
     async def wait_ready(self, timeout_sec: float) -> None:
         ready = self.control_dir / shim.READY_FILE
-        # Whoever can write requests can run commands as the shim's user (root): keep the agent
-        # out where we own the directory.
-        try:
-            await asyncio.to_thread(self.control_dir.chmod, 0o700)
-        except OSError as err:
-            log.debug("cannot restrict the control directory %s: %s", self.control_dir, err)
         if not await self._wait_for(ready, time.monotonic() + timeout_sec):
             raise ShimNotReady(
                 f"the environment's shim did not signal ready within {timeout_sec:g}s "
@@ -153,6 +147,23 @@ class ShimEnvironment(Environment):
                 f"this runner version {shim.PROTOCOL_VERSION}"
             )
         self.info = info
+        await asyncio.to_thread(self._restrict_control_dir, info.uid)
+
+    def _restrict_control_dir(self, shim_uid: int | None) -> None:
+        """Close the control directory to everyone but the shim's user (and the runner).
+
+        Whoever can write requests can run commands as the shim's user (often root), so an agent
+        running as another user must not reach it. This happens only once the shim is ready, and
+        the directory goes to the shim's own uid first: restricting it earlier, or leaving it to
+        root, would lock out a shim that runs as a non-root image user. No agent command has run
+        yet at this point, so nothing could have slipped in before.
+        """
+        try:
+            if shim_uid is not None and shim_uid != os.geteuid():
+                os.chown(self.control_dir, shim_uid, -1)
+            self.control_dir.chmod(0o700)
+        except OSError as err:
+            log.debug("cannot restrict the control directory %s: %s", self.control_dir, err)
 
     # -- commands ------------------------------------------------------------------------------
 

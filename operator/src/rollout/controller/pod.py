@@ -1,0 +1,390 @@
+"""The Pod of a RolloutTrial: the task's `environment` container and the `runner` sidecar.
+
+A pure builder: it takes the RolloutTrial object and the operator's settings and returns the Pod
+manifest as a dict, so that it is tested without a cluster. Layout (DESIGN.md, "RolloutTrial and
+its Pod"):
+
+- `environment`: the task's image running the shim (`rollout_runner.shim.shim_command`), with the
+  task's resources as requests and limits, the shim's control directory and /logs mounted, and
+  nothing else: no env, no token, no credentials. Agents run arbitrary code here.
+- `runner`: the sidecar, which gets the trial spec as JSON, the storage settings (never a secret
+  value: credentials come from a mounted Secret) and the agent's Secret-sourced env vars as
+  `valueFrom` references that the kubelet resolves (the operator reads no Secret).
+
+restartPolicy Never: a trial runs once per Pod; an infrastructure retry is a new Pod.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from rollout.api.errors import InvalidInput, Problem, problems_from_validation_error
+from rollout.api.job import EnvironmentType
+from rollout.api.resources import (
+    API_VERSION,
+    LABEL_AGENT,
+    LABEL_DATASET,
+    LABEL_JOB,
+    LABEL_TASK,
+    LABEL_TRIAL,
+    PodOverrides,
+    RolloutTrial,
+    RolloutTrialSpec,
+    StorageSpec,
+)
+from rollout.api.trials import TrialKey, trial_labels
+from rollout.controller.config import OperatorConfig
+from rollout.storage import ENV_CREDENTIALS_DIR, ENV_REGION, StorageSettings
+from rollout_runner import termination
+from rollout_runner.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
+from rollout_runner.spec import SPEC_ENV_VAR, agent_env_var_name
+
+ENVIRONMENT_CONTAINER = "environment"
+RUNNER_CONTAINER = "runner"
+
+LABEL_COMPONENT = "rollout.dev/component"
+TRIAL_POD_COMPONENT = "trial-pod"
+ANNOTATION_RETRY = "rollout.dev/retry"
+"""How many times the trial's Pod was replaced after an infrastructure loss (0 for the first)."""
+
+TRIAL_LABELS = (LABEL_JOB, LABEL_TRIAL, LABEL_AGENT, LABEL_DATASET, LABEL_TASK)
+
+CONTROL_VOLUME = "control"
+LOGS_VOLUME = "logs"
+TASK_VOLUME = "task"
+TMP_VOLUME = "tmp"
+STORAGE_CREDENTIALS_VOLUME = "storage-credentials"
+
+LOGS_DIR = "/logs"
+TASK_DIR = "/var/run/rollout/task"
+"""The runner's private directory for the task's files; the environment cannot see it."""
+TMP_DIR = "/tmp"
+STORAGE_CREDENTIALS_DIR = "/var/run/secrets/rollout/storage"
+
+TRIAL_NAME_ENV_VAR = "ROLLOUT_TRIAL_NAME"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+RUNNER_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "50m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"},
+}
+"""The runner mostly waits; it needs a core and some memory only to unpack and upload. Its
+ephemeral-storage limit adds headroom to the Pod's total, which the kubelet enforces on the
+emptyDirs too, so that the runner's copy of the task does not eat into the task's own storage."""
+
+RUNNER_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER"]
+"""Why the runner runs as uid 0 with these and no others: the shim runs as the task image's user
+(root in most task images) and the agent and verifier as users of their own, so the files in the
+shared volumes (/rollout, /logs) belong to whoever made them, often with modes that shut others
+out. DAC_OVERRIDE lets the runner read agent and verifier logs and the shim's outputs and remove
+the request directories, whatever their owner and mode; FOWNER lets it change the mode of files
+it does not own (clearing /logs/verifier, handing /logs/agent over); CHOWN lets it give the files
+it places to the agent's or verifier's user. Everything else is dropped, privilege escalation is
+off and the root filesystem is read-only, so uid 0 here is a file-access identity, not a way out
+of the container."""
+
+
+def render_trial_pod(
+    trial: Mapping[str, Any],
+    *,
+    config: OperatorConfig,
+    pod_name: str,
+    retry: int = 0,
+) -> dict[str, Any]:
+    """The Pod manifest that runs `trial` (a RolloutTrial object: metadata and spec).
+
+    Raises InvalidInput naming the RolloutTrial and the field when its spec is not valid or the
+    trial is not meant to run in a Pod (another environment type), and ValueError when its
+    metadata lacks the name, namespace or uid that the Pod's owner reference needs.
+    """
+    metadata = trial.get("metadata") or {}
+    name, namespace, uid = (metadata.get(key) for key in ("name", "namespace", "uid"))
+    if not (name and namespace and uid):
+        raise ValueError("a RolloutTrial needs metadata.name, metadata.namespace and metadata.uid")
+    spec = parse_trial_spec(trial)
+    where = trial_file(trial)
+    if spec.environment_type != EnvironmentType.KUBERNETES:
+        raise InvalidInput.one(
+            where,
+            "spec.environmentType",
+            f"is {spec.environment_type.value!r}: the bridge controller runs this trial, not a Pod",
+        )
+    overrides = effective_pod_overrides(spec.pod, config.default_pod_overrides)
+    credentials_secret = spec.storage.credentials_secret or config.storage_credentials_secret
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # No token anywhere: agents run arbitrary code and must not reach the Kubernetes API.
+        "automountServiceAccountToken": False,
+        # The shim's kill-all kills every process it can see; it must not see the runner.
+        "shareProcessNamespace": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": config.pod_termination_grace_sec,
+        "containers": [
+            environment_container(spec),
+            runner_container(
+                spec,
+                trial_name=name,
+                config=config,
+                credentials_secret=credentials_secret,
+                where=where,
+            ),
+        ],
+        "volumes": _volumes(credentials_secret),
+    }
+    if config.trial_service_account:
+        pod_spec["serviceAccountName"] = config.trial_service_account
+    pod_spec.update(_scheduling(overrides))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name,
+            "namespace": namespace,
+            "labels": pod_labels(trial, spec),
+            "annotations": {ANNOTATION_RETRY: str(retry)},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": RolloutTrial.resource.kind,
+                    "name": name,
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": pod_spec,
+    }
+
+
+def trial_file(trial: Mapping[str, Any]) -> str:
+    """How problems name a RolloutTrial: `RolloutTrial <namespace>/<name>`."""
+    metadata = trial.get("metadata") or {}
+    return f"RolloutTrial {metadata.get('namespace') or '?'}/{metadata.get('name') or '?'}"
+
+
+def parse_trial_spec(trial: Mapping[str, Any]) -> RolloutTrialSpec:
+    """The trial's spec as the model; InvalidInput names the trial and each `spec.` field."""
+    where = trial_file(trial)
+    try:
+        return RolloutTrialSpec.model_validate(trial.get("spec"))
+    except ValidationError as err:
+        problems = [
+            Problem(p.file, f"spec.{p.field}" if p.field else "spec", p.message)
+            for p in problems_from_validation_error(err, where)
+        ]
+        raise InvalidInput(problems) from None
+
+
+def pod_labels(trial: Mapping[str, Any], spec: RolloutTrialSpec) -> dict[str, str]:
+    """The trial's labels (job, trial, agent, dataset, task) and the Pod's component.
+
+    The trial's own values of those labels are kept when it has them, so that one selector finds
+    a trial and its Pod; missing ones are computed from the spec the same way.
+    """
+    metadata = trial.get("metadata") or {}
+    key = TrialKey(spec.agent.name, spec.dataset_name, spec.task_name, spec.attempt)
+    labels = trial_labels(spec.job_name, key, str(metadata.get("name")))
+    own = metadata.get("labels") or {}
+    labels.update({k: own[k] for k in TRIAL_LABELS if isinstance(own.get(k), str)})
+    labels[LABEL_COMPONENT] = TRIAL_POD_COMPONENT
+    return labels
+
+
+def effective_pod_overrides(
+    trial_overrides: PodOverrides, defaults: PodOverrides | None
+) -> PodOverrides:
+    """The trial's overrides, each field that it leaves empty taken from the operator's defaults."""
+    if defaults is None:
+        return trial_overrides
+    merged = {
+        field: getattr(trial_overrides, field) or getattr(defaults, field)
+        for field in PodOverrides.model_fields
+    }
+    return PodOverrides(**merged)
+
+
+def _scheduling(overrides: PodOverrides) -> dict[str, Any]:
+    """The Pod spec fields of the overrides that are set."""
+    dumped = overrides.model_dump(mode="json", exclude_none=True)
+    return {key: value for key, value in dumped.items() if value not in ({}, [])}
+
+
+def _resources(spec: RolloutTrialSpec) -> dict[str, dict[str, str]]:
+    """The task's resources as both requests and limits: what it asks for is what it gets,
+    so trials measure the same on a busy node as on an idle one."""
+    amounts = {
+        "cpu": spec.resources.cpus,
+        "memory": spec.resources.memory,
+        "ephemeral-storage": spec.resources.storage,
+    }
+    if spec.resources.gpus > 0:
+        amounts[GPU_RESOURCE] = str(spec.resources.gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def environment_container(spec: RolloutTrialSpec) -> dict[str, Any]:
+    """The task's container: the shim in the task's image, and only the shared volumes."""
+    container: dict[str, Any] = {
+        "name": ENVIRONMENT_CONTAINER,
+        "image": spec.image,
+        # Never force a pull: a task image shared by many trials is pulled once per node.
+        "imagePullPolicy": "IfNotPresent",
+        "command": shim_command(),
+        "resources": _resources(spec),
+        "volumeMounts": [
+            {"name": CONTROL_VOLUME, "mountPath": CONTROL_DIR},
+            {"name": LOGS_VOLUME, "mountPath": LOGS_DIR},
+        ],
+        "terminationMessagePolicy": "File",
+    }
+    if spec.workdir:
+        container["workingDir"] = spec.workdir
+    return container
+
+
+def runner_container(
+    spec: RolloutTrialSpec,
+    *,
+    trial_name: str,
+    config: OperatorConfig,
+    credentials_secret: str | None,
+    where: str = "RolloutTrial",
+) -> dict[str, Any]:
+    """The runner sidecar: the trial spec, storage settings and Secret references in its env."""
+    spec_json = trial_spec_json(spec)
+    size = len(f"{SPEC_ENV_VAR}={spec_json}".encode())
+    if size > MAX_ARGUMENT_BYTES:
+        # Linux refuses to start a process with a longer environment string (MAX_ARG_STRLEN).
+        raise InvalidInput.one(
+            where,
+            "spec",
+            f"is {size} bytes as JSON, more than the {MAX_ARGUMENT_BYTES} bytes one environment "
+            "variable of the runner can hold: shorten the agent's install and execute scripts",
+        )
+    env: list[dict[str, Any]] = [
+        {"name": TRIAL_NAME_ENV_VAR, "value": trial_name},
+        {"name": SPEC_ENV_VAR, "value": spec_json},
+    ]
+    env += [
+        {"name": key, "value": value} for key, value in storage_env(spec.storage, where).items()
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": CONTROL_VOLUME, "mountPath": CONTROL_DIR},
+        {"name": LOGS_VOLUME, "mountPath": LOGS_DIR},
+        {"name": TASK_VOLUME, "mountPath": TASK_DIR},
+        {"name": TMP_VOLUME, "mountPath": TMP_DIR},
+    ]
+    if credentials_secret:
+        env.append({"name": ENV_CREDENTIALS_DIR, "value": STORAGE_CREDENTIALS_DIR})
+        mounts.append(
+            {
+                "name": STORAGE_CREDENTIALS_VOLUME,
+                "mountPath": STORAGE_CREDENTIALS_DIR,
+                "readOnly": True,
+            }
+        )
+    # The root filesystem is read-only: anything that looks in $HOME finds a writable place.
+    env.append({"name": "HOME", "value": TMP_DIR})
+    env += agent_secret_env(spec)
+    return {
+        "name": RUNNER_CONTAINER,
+        "image": spec.runner_image or config.runner_image,
+        "imagePullPolicy": config.runner_image_pull_policy,
+        # The image's entrypoint is rollout-runner; the paths are given, not left to defaults.
+        "args": ["--control-dir", CONTROL_DIR, "--logs-dir", LOGS_DIR, "--work-dir", TASK_DIR],
+        "env": env,
+        "resources": {kind: dict(amounts) for kind, amounts in RUNNER_RESOURCES.items()},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": list(RUNNER_CAPABILITIES)},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": mounts,
+        "terminationMessagePath": str(termination.DEFAULT_PATH),
+        "terminationMessagePolicy": "File",
+    }
+
+
+def trial_spec_json(spec: RolloutTrialSpec) -> str:
+    """The spec as the runner reads it (`rollout_runner.spec.load_spec`): compact camelCase JSON.
+
+    Agent env vars from Secrets appear only as their `valueFrom` references, never as values.
+    """
+    return json.dumps(
+        spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def storage_env(storage: StorageSpec, where: str = "RolloutTrial") -> dict[str, str]:
+    """The runner's ROLLOUT_STORAGE_* variables (no credentials: those come from a Secret).
+
+    The region is left out when the trial names none, so that the runner falls back to
+    AWS_REGION and then us-east-1 as `StorageSettings.from_env` does.
+    """
+    try:
+        settings = StorageSettings(
+            bucket=storage.bucket,
+            prefix=storage.prefix,
+            endpoint_url=storage.endpoint,
+            path_style=storage.path_style,
+            **({"region": storage.region} if storage.region else {}),
+        )
+    except ValidationError as err:
+        names = {"endpoint_url": "endpoint", "path_style": "pathStyle"}
+        problems = [
+            Problem(
+                where,
+                "spec.storage." + names.get(str(e["loc"][0]), str(e["loc"][0]))
+                if e["loc"]
+                else "spec.storage",
+                e["msg"].removeprefix("Value error, "),
+            )
+            for e in err.errors(include_url=False)
+        ]
+        raise InvalidInput(problems) from None
+    env = settings.to_env()
+    if not storage.region:
+        del env[ENV_REGION]
+    return env
+
+
+def agent_secret_env(spec: RolloutTrialSpec) -> list[dict[str, Any]]:
+    """For each agent env var from a Secret, a runner variable with the same `valueFrom`."""
+    return [
+        {
+            "name": agent_env_var_name(var.name),
+            "valueFrom": var.value_from.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        for var in spec.agent.env
+        if var.value_from is not None
+    ]
+
+
+def _volumes(credentials_secret: str | None) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": CONTROL_VOLUME, "emptyDir": {}},
+        {"name": LOGS_VOLUME, "emptyDir": {}},
+        {"name": TASK_VOLUME, "emptyDir": {}},
+        {"name": TMP_VOLUME, "emptyDir": {}},
+    ]
+    if credentials_secret:
+        volumes.append(
+            {
+                "name": STORAGE_CREDENTIALS_VOLUME,
+                # Readable by its owner (root, the runner) only.
+                "secret": {"secretName": credentials_secret, "defaultMode": 0o400},
+            }
+        )
+    return volumes

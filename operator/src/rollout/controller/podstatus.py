@@ -1,0 +1,393 @@
+"""What a trial Pod's status says about the trial: still waiting, running, finished, failed, lost.
+
+`classify_pod` is pure: the Pod as the API returns it and the current time in, a `PodVerdict`
+out. It reads only what the Pod shows (container states, conditions, reasons, the runner's
+termination message), in this order of precedence:
+
+1. `Finished`: the runner terminated with a termination message that parses. The trial's outcome
+   is in it, whatever happened to the Pod afterwards.
+2. `Lost`: the Pod was evicted, preempted, lost with its node, shut down with it, refused by the
+   kubelet at admission, or is being deleted, before the runner finished. Not the trial's doing:
+   the operator retries it in a new Pod (up to the job's retry limit).
+3. `Failed`: the runner terminated without a message, an image cannot be pulled (at once for a
+   name that can never work, after `image_pull_grace_sec` for pull errors, which may be
+   transient), a container cannot be created or started, or the Pod has been Unschedulable for
+   `unschedulable_grace_sec`. The error types are the seed's; a failure of our own runner
+   container is `internal_error`, never the task's fault.
+4. `Running` when the runner runs, else `Waiting`.
+
+Messages say what happened in the user's words and quote the kubelet's (or the scheduler's)
+reason and message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from rollout.api.errors import ErrorType
+from rollout.api.resources import TrialPhase
+from rollout.controller.config import OperatorConfig
+from rollout.controller.pod import ENVIRONMENT_CONTAINER, RUNNER_CONTAINER
+from rollout_runner.termination import TerminationMessage
+
+# --- verdicts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The Pod is not running the trial yet (scheduling, pulling, starting); nothing is wrong."""
+
+    reason: str | None = None
+    """What it waits for, when the Pod says (e.g. "ContainerCreating", "ImagePullBackOff")."""
+
+
+@dataclass(frozen=True)
+class Running:
+    """The runner is running: the trial is under way."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The runner terminated and left its summary: the trial's outcome (which may be an error)."""
+
+    message: TerminationMessage | None
+    raw: str | None
+    """The termination message as the kubelet reported it."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The trial failed in a way only the Pod shows; the runner produced no outcome."""
+
+    error_type: ErrorType
+    message: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The Pod went away for reasons of the infrastructure: retry the trial in a new Pod."""
+
+    reason: str
+
+
+PodVerdict = Waiting | Running | Finished | Failed | Lost
+
+# --- kubelet and scheduler vocabulary -------------------------------------------------------------
+
+IMAGE_PULL_RETRYING = frozenset({"ErrImagePull", "ImagePullBackOff", "RegistryUnavailable"})
+"""Pull errors that may pass (a registry hiccup, a rate limit): failed after the grace period."""
+
+IMAGE_PULL_HOPELESS = frozenset({"InvalidImageName", "ErrImageNeverPull", "ImageInspectError"})
+"""Image errors that no retry fixes: failed at once."""
+
+CONTAINER_START_ERRORS = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "StartError",
+        "ContainerCannotRun",
+    }
+)
+"""A container that cannot be created or started (a missing Secret or key, no /bin/sh, ...)."""
+
+LOST_POD_REASONS: Mapping[str, str] = {
+    "Evicted": "was evicted from its node",
+    "Preempting": "was preempted to make room for a Pod of higher priority",
+    "NodeLost": "lost its node",
+    "Shutdown": "was stopped because its node shut down",
+    "NodeShutdown": "was stopped because its node shut down",
+    "Terminated": "was stopped because its node shut down",
+    "UnexpectedAdmissionError": "was refused by its node",
+    "NodeAffinity": "was refused by its node",
+}
+"""status.reason of a Pod that the node or the cluster took away, and what that means. A reason
+`OutOf<resource>` too: the kubelet refused the Pod at admission for lack of a resource that the
+scheduler thought free."""
+
+LOST_CONTAINER_REASONS = frozenset({"ContainerStatusUnknown"})
+"""A runner that ended this way was not seen to end: its node or runtime lost track of it."""
+
+
+def classify_missing_pod() -> Lost:
+    """The verdict when the trial's Pod is gone altogether (deleted, garbage-collected)."""
+    return Lost("The trial's Pod no longer exists: it was deleted before the trial finished.")
+
+
+def classify_pod(pod: Mapping[str, Any], *, now: datetime, config: OperatorConfig) -> PodVerdict:
+    """The trial's fate as far as `pod` (a Pod object as the API returns it) shows it.
+
+    `now` must be timezone-aware (the API's timestamps are UTC): grace periods are measured
+    against it.
+    """
+    if now.tzinfo is None:
+        raise ValueError("classify_pod needs a timezone-aware `now`, e.g. datetime.now(UTC)")
+    status: Mapping[str, Any] = pod.get("status") or {}
+    containers = _container_statuses(status)
+    runner = containers.get(RUNNER_CONTAINER, {})
+    environment = containers.get(ENVIRONMENT_CONTAINER, {})
+    runner_end = _terminated(runner)
+
+    if runner_end is not None and (finished := _finished(runner_end)) is not None:
+        return finished
+    if (lost := _lost(pod, status)) is not None:
+        return lost
+    if runner_end is not None:
+        return _runner_ended_without_message(runner_end, environment)
+    if (
+        failed := _image_or_start_failure(pod, status, environment, runner, now, config)
+    ) is not None:
+        return failed
+    if (unschedulable := _unschedulable(pod, status, now, config)) is not None:
+        return unschedulable
+    if "running" in (runner.get("state") or {}):
+        return Running()
+    return Waiting(_waiting_reason(status, runner, environment))
+
+
+def pod_phase_for_status(verdict: PodVerdict) -> TrialPhase:
+    """The RolloutTrial's phase for a verdict.
+
+    A finished trial Succeeded unless its error kept the reward (a teardown error alone does not);
+    a lost Pod leaves the trial Pending, as its retry will start over.
+    """
+    if isinstance(verdict, Running):
+        return TrialPhase.RUNNING
+    if isinstance(verdict, Failed):
+        return TrialPhase.FAILED
+    if isinstance(verdict, Finished):
+        error = verdict.message.error if verdict.message is not None else None
+        if verdict.message is None or (
+            error is not None and error.type != ErrorType.ENVIRONMENT_TEARDOWN_FAILED
+        ):
+            return TrialPhase.FAILED
+        return TrialPhase.SUCCEEDED
+    return TrialPhase.PENDING
+
+
+# --- the steps ------------------------------------------------------------------------------------
+
+
+def _container_statuses(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    statuses = [*(status.get("containerStatuses") or [])]
+    return {s["name"]: s for s in statuses if isinstance(s, Mapping) and "name" in s}
+
+
+def _terminated(container: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    terminated = (container.get("state") or {}).get("terminated")
+    return terminated if isinstance(terminated, Mapping) else None
+
+
+def _finished(terminated: Mapping[str, Any]) -> Finished | None:
+    """The runner's outcome, when its termination message parses."""
+    raw = terminated.get("message")
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    try:
+        return Finished(TerminationMessage.model_validate_json(raw), raw)
+    except ValidationError:
+        return None
+
+
+def _lost(pod: Mapping[str, Any], status: Mapping[str, Any]) -> Lost | None:
+    reason = str(status.get("reason") or "")
+    said = _said(reason, status.get("message"))
+    if reason in LOST_POD_REASONS or (
+        reason.startswith("OutOf") and status.get("phase") == "Failed"
+    ):
+        what = LOST_POD_REASONS.get(reason, "was refused by its node")
+        return Lost(f"The trial's Pod {what}{said}.")
+    disruption = _condition(status, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        return Lost(
+            "The trial's Pod is being taken away by the cluster"
+            f"{_said(disruption.get('reason'), disruption.get('message'))}."
+        )
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return Lost("The trial's Pod is being deleted before the trial finished.")
+    runner_end = _terminated(_container_statuses(status).get(RUNNER_CONTAINER, {})) or {}
+    if runner_end.get("reason") in LOST_CONTAINER_REASONS:
+        return Lost(
+            "The runner container of the trial's Pod was lost"
+            f"{_said(runner_end.get('reason'), runner_end.get('message'))}."
+        )
+    return None
+
+
+def _runner_ended_without_message(
+    runner_end: Mapping[str, Any], environment: Mapping[str, Any]
+) -> Failed:
+    code = runner_end.get("exitCode")
+    runner_said = _said(runner_end.get("reason"), None)
+    environment_end = _terminated(environment)
+    if (
+        environment_end is not None
+        and environment_end.get("exitCode", 0) != 0
+        and _ended_first(environment_end, runner_end)
+    ):
+        return Failed(
+            ErrorType.ENVIRONMENT_START_FAILED,
+            f"The environment container exited with code {environment_end.get('exitCode')}"
+            f"{_said(environment_end.get('reason'), environment_end.get('message'))} before "
+            f"the trial could run, and the runner then ended with code {code} without a "
+            "result.",
+        )
+    return Failed(
+        ErrorType.INTERNAL_ERROR,
+        f"The runner container ended with code {code}{runner_said} without a readable "
+        "termination message, so the trial has no outcome. This is a failure of the runner, "
+        "not of the task or the agent.",
+    )
+
+
+def _image_or_start_failure(
+    pod: Mapping[str, Any],
+    status: Mapping[str, Any],
+    environment: Mapping[str, Any],
+    runner: Mapping[str, Any],
+    now: datetime,
+    config: OperatorConfig,
+) -> Failed | None:
+    for name, container in ((ENVIRONMENT_CONTAINER, environment), (RUNNER_CONTAINER, runner)):
+        state = container.get("state") or {}
+        problem = state.get("waiting") or state.get("terminated") or {}
+        reason = problem.get("reason") or ""
+        said = _said(reason, problem.get("message"))
+        image = container.get("image") or _spec_image(pod, name) or "its image"
+        if reason in IMAGE_PULL_HOPELESS or (
+            reason in IMAGE_PULL_RETRYING
+            and _seconds_since(_pull_start(pod, status), now) >= config.image_pull_grace_sec
+        ):
+            if name == ENVIRONMENT_CONTAINER:
+                return Failed(
+                    ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED,
+                    f"The environment image {image} could not be pulled{said}.",
+                )
+            return Failed(
+                ErrorType.INTERNAL_ERROR,
+                f"The runner image {image} could not be pulled{said}. This is a problem of the "
+                "operator's installation (its runner image or pull secrets), not of the task.",
+            )
+        if reason in CONTAINER_START_ERRORS:
+            if name == ENVIRONMENT_CONTAINER or reason == "CreateContainerConfigError":
+                # A missing Secret or key is the job's configuration, wherever it is referenced.
+                return Failed(
+                    ErrorType.ENVIRONMENT_START_FAILED,
+                    f"The {name} container of the trial's Pod could not be started{said}.",
+                )
+            return Failed(
+                ErrorType.INTERNAL_ERROR,
+                f"The runner container could not be started{said}. This is a problem of the "
+                "runner image, not of the task.",
+            )
+    return None
+
+
+def _unschedulable(
+    pod: Mapping[str, Any], status: Mapping[str, Any], now: datetime, config: OperatorConfig
+) -> Failed | None:
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled is None or scheduled.get("status") != "False":
+        return None
+    if scheduled.get("reason") != "Unschedulable":
+        return None
+    since = _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+    waited = _seconds_since(since, now)
+    if waited < config.unschedulable_grace_sec:
+        return None
+    asked = _environment_request(pod)
+    return Failed(
+        ErrorType.ENVIRONMENT_RESOURCE_ALLOCATION_FAILED,
+        f"No node could take the trial's Pod for {waited:.0f}s"
+        f"{_said('Unschedulable', scheduled.get('message'))}"
+        + (f". The environment asks for {asked}." if asked else "."),
+    )
+
+
+def _waiting_reason(
+    status: Mapping[str, Any], runner: Mapping[str, Any], environment: Mapping[str, Any]
+) -> str | None:
+    for container in (environment, runner):
+        waiting = (container.get("state") or {}).get("waiting")
+        if isinstance(waiting, Mapping) and waiting.get("reason"):
+            return str(waiting["reason"])
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "False":
+        return str(scheduled.get("reason") or "Unscheduled")
+    return None
+
+
+# --- small readers --------------------------------------------------------------------------------
+
+
+def _said(reason: Any, message: Any) -> str:
+    """` (Reason: message)`, the kubelet's words as they are; empty when it said nothing."""
+    parts = [str(p).strip() for p in (reason, message) if p and str(p).strip()]
+    return f" ({': '.join(parts)})" if parts else ""
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return None
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _seconds_since(since: datetime | None, now: datetime) -> float:
+    """Seconds from `since` to `now`; 0 when the Pod does not say when (it then keeps waiting)."""
+    if since is None or since.tzinfo is None:
+        return 0.0
+    return (now - since).total_seconds()
+
+
+def _pull_start(pod: Mapping[str, Any], status: Mapping[str, Any]) -> datetime | None:
+    """When pulling could begin: when the Pod was scheduled, else when it was created."""
+    scheduled = _condition(status, "PodScheduled")
+    if (
+        scheduled is not None
+        and scheduled.get("status") == "True"
+        and (at := _timestamp(scheduled.get("lastTransitionTime"))) is not None
+    ):
+        return at
+    return _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _ended_first(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """Whether container end `first` came no later than `second` (True when either is unknown)."""
+    a, b = _timestamp(first.get("finishedAt")), _timestamp(second.get("finishedAt"))
+    return a is None or b is None or a <= b
+
+
+def _spec_container(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if isinstance(container, Mapping) and container.get("name") == name:
+            return container
+    return {}
+
+
+def _spec_image(pod: Mapping[str, Any], name: str) -> str | None:
+    image = _spec_container(pod, name).get("image")
+    return str(image) if image else None
+
+
+def _environment_request(pod: Mapping[str, Any]) -> str:
+    """`cpu 2, memory 4G, ...`: what the environment container requests, for messages."""
+    resources = _spec_container(pod, ENVIRONMENT_CONTAINER).get("resources") or {}
+    requests = resources.get("requests") or {}
+    return ", ".join(f"{key} {value}" for key, value in requests.items())
