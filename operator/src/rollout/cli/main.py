@@ -1,18 +1,39 @@
-"""Entry point of the `rollout` command: parses arguments and dispatches to one module a command."""
+"""Entry point of the `rollout` command: parses arguments and dispatches to one module a command.
+
+`rollout JOB.yaml` is `rollout run JOB.yaml`: a first argument that is not a command (nor an
+option) is taken as a job file. Problems with the input are printed one a line with their file
+and field; errors of the cluster or of storage in one message, without a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from rollout.cli import validate
+from rollout.api.errors import InvalidInput
+from rollout.cli import cancel, download, logs, publish, render, run, status, validate
+from rollout.cli.errors import CliError, ExitCode
+from rollout.storage import StorageError
 
 EPILOG = """\
 examples:
+  rollout job.yaml                              run a job on the cluster (= rollout run job.yaml)
+  rollout status my-eval --watch                follow a job
+  rollout logs my-eval oracle/tasks/hello__1    a trial's install, agent and verifier output
+  rollout download my-eval                      its results into ./jobs/my-eval/
+  rollout cancel my-eval                        stop it (results so far stay in storage)
+  rollout render job.yaml > rolloutjob.yaml     the manifests, for GitOps
+  rollout publish ./tasks                       upload a dataset, print its content address
   rollout validate tasks/hello-world            check one task directory
   rollout validate datasets/my-bench job.yaml   check a dataset and a job file
+
+Cluster: the current kubeconfig context and namespace (--context, --namespace).
+Storage: --storage-* flags, ROLLOUT_STORAGE_* variables or ~/.config/rollout/config.yaml.
 """
+
+COMMAND_MODULES = (run, status, logs, download, cancel, render, publish)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,15 +44,42 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(commands)
     validate.register(commands)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def command_names(parser: argparse.ArgumentParser) -> set[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    code: int = args.handler(args)
-    return code
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and not arguments[0].startswith("-") and arguments[0] not in command_names(parser):
+        arguments.insert(0, "run")
+    args = parser.parse_args(arguments)
+    env = os.environ if environ is None else environ
+    try:
+        if args.command == "validate":
+            code: int = args.handler(args)
+        else:
+            code = args.handler(args, env)
+    except InvalidInput as err:
+        for problem in err.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return ExitCode.FAILED
+    except (CliError, StorageError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return ExitCode.FAILED
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    return int(code)
 
 
 if __name__ == "__main__":

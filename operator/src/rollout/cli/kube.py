@@ -1,0 +1,403 @@
+"""The CLI's view of the cluster: the kubernetes client, the kubeconfig context and namespace.
+
+Which cluster: `--kubeconfig` (else $KUBECONFIG, else ~/.kube/config; inside a Pod without any,
+the in-cluster service account), `--context` (else the kubeconfig's current context), and
+`--namespace` (else the context's namespace, else "default"), as kubectl chooses them.
+
+Every request has a timeout. API errors become `ClusterError`s that say what was being done, to
+which object, and what the API server answered; a RolloutJob resource that is not served means
+the operator (its CRDs) is not installed, and the message says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from rollout.api.resources import GROUP, VERSION, RolloutJob, RolloutTrial
+from rollout.api.translate import resource_name
+from rollout.cli.errors import CliError
+
+Body = dict[str, Any]
+logger = logging.getLogger("rollout.cli")
+
+JOBS = RolloutJob.resource.plural
+TRIALS = RolloutTrial.resource.plural
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+CONNECT_TIMEOUT_SEC = 10.0
+READ_TIMEOUT_SEC = 60.0
+WATCH_TIMEOUT_SEC = 60
+"""How long one watch request lasts before the server ends it and the CLI watches again."""
+WATCH_RECONNECTS = 5
+"""Consecutive failed watch attempts (e.g. the API server restarting) before giving up."""
+INSTALL_HINT = (
+    "the RolloutJob resource (rolloutjobs.rollout.dev) is not installed in this cluster: "
+    "install the rollout operator's Helm chart (charts/rollout-operator) first"
+)
+
+
+class ClusterError(CliError):
+    """A request to the Kubernetes API failed; the message says what, where and why."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster", "Chosen as kubectl chooses them.")
+    group.add_argument(
+        "--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG)"
+    )
+    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+    group.add_argument(
+        "-n", "--namespace", metavar="NAME", help="namespace (default: the context's namespace)"
+    )
+
+
+@dataclass
+class Cluster:
+    """A namespace of a cluster, and the typed and custom-object APIs to talk to it."""
+
+    api_client: client.ApiClient
+    namespace: str
+    context: str | None
+    host: str
+
+    @classmethod
+    def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Cluster:
+        """Load the kubeconfig (or the in-cluster account) without making any request."""
+        env = os.environ if environ is None else environ
+        path = kubeconfig or env.get("KUBECONFIG", "").strip() or "~/.kube/config"
+        configuration = client.Configuration()
+        expanded = os.pathsep.join(str(Path(p).expanduser()) for p in path.split(os.pathsep) if p)
+        readable = any(Path(p).is_file() for p in expanded.split(os.pathsep))
+        if not readable and kubeconfig is None and IN_CLUSTER_NAMESPACE.is_file():
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except ConfigException as err:
+                raise ClusterError(f"cannot use the in-cluster service account: {err}") from None
+            default_namespace = IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
+            chosen_context = None
+        else:
+            if not readable:
+                raise ClusterError(
+                    f"no kubeconfig at {expanded}: pass --kubeconfig or set KUBECONFIG to the "
+                    "cluster's kubeconfig"
+                )
+            try:
+                contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+                    config_file=expanded
+                )
+                chosen = _pick_context(contexts, current, context, expanded)
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=expanded,
+                    context=chosen["name"],
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            except ConfigException as err:
+                raise ClusterError(f"cannot use the kubeconfig {expanded}: {err}") from None
+            chosen_context = chosen["name"]
+            default_namespace = (chosen.get("context") or {}).get("namespace") or "default"
+        return cls(
+            api_client=client.ApiClient(configuration),
+            namespace=namespace or default_namespace,
+            context=chosen_context,
+            host=configuration.host,
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str]) -> Cluster:
+        return cls.connect(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            namespace=args.namespace,
+            environ=environ,
+        )
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client)
+
+    @property
+    def where(self) -> str:
+        context = f", context {self.context}" if self.context else ""
+        return f"namespace {self.namespace} ({self.host}{context})"
+
+    def close(self) -> None:
+        self.api_client.close()  # type: ignore[no-untyped-call]
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def _call(
+        self, what: str, fn: Callable[[], object], *, missing_ok: bool = False
+    ) -> Body | None:
+        """Run one request and return the object it answered (a dict; None when `missing_ok`
+        and it is not there). ApiException and connection failures become ClusterError."""
+        try:
+            answer = fn()
+            return dict(answer) if isinstance(answer, dict) else {}
+        except ApiException as err:
+            if missing_ok and err.status == 404 and not _resource_missing(err):
+                return None
+            if err.status == 404 and _resource_missing(err):
+                raise ClusterError(f"cannot {what}: {INSTALL_HINT}", 404) from None
+            raise ClusterError(f"cannot {what}: {_api_message(err)}", err.status) from None
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise ClusterError(
+                f"cannot {what}: the Kubernetes API at {self.host} did not answer ({err})"
+            ) from None
+
+    def _timeout(self) -> tuple[float, float]:
+        return (CONNECT_TIMEOUT_SEC, READ_TIMEOUT_SEC)
+
+    def get_job(self, name: str) -> Body | None:
+        """The RolloutJob `name` in the namespace, or None."""
+        return self._call(
+            f"read RolloutJob {name} in {self.where}",
+            lambda: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, JOBS, name, _request_timeout=self._timeout()
+            ),
+            missing_ok=True,
+        )
+
+    def find_job(self, name: str) -> Body | None:
+        """The RolloutJob named `name`, or made from the job name `name` (`My Eval` is the
+        RolloutJob `my-eval-<hash>`), or None."""
+        found = self.get_job(name)
+        if found is None and resource_name(name) != name:
+            found = self.get_job(resource_name(name))
+        return found
+
+    def list_jobs(self, *, all_namespaces: bool = False) -> list[Body]:
+        def call() -> Any:
+            if all_namespaces:
+                return self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, JOBS, _request_timeout=self._timeout()
+                )
+            return self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, JOBS, _request_timeout=self._timeout()
+            )
+
+        where = "all namespaces" if all_namespaces else self.where
+        listing = self._call(f"list RolloutJobs in {where}", call)
+        return list((listing or {}).get("items", []))
+
+    def create_job(self, manifest: Body) -> Body:
+        name = manifest["metadata"]["name"]
+        created = self._call(
+            f"create RolloutJob {name} in {self.where}",
+            lambda: self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, JOBS, manifest, _request_timeout=self._timeout()
+            ),
+        )
+        assert created is not None
+        return created
+
+    def delete_job(self, name: str) -> bool:
+        """Delete the RolloutJob (its trials and Pods go with it); False if it was not there."""
+        found = self._call(
+            f"delete RolloutJob {name} in {self.where}",
+            lambda: self.custom.delete_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                self.namespace,
+                JOBS,
+                name,
+                propagation_policy="Background",
+                _request_timeout=self._timeout(),
+            ),
+            missing_ok=True,
+        )
+        return found is not None
+
+    def get_trial(self, name: str) -> Body | None:
+        return self._call(
+            f"read RolloutTrial {name} in {self.where}",
+            lambda: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, TRIALS, name, _request_timeout=self._timeout()
+            ),
+            missing_ok=True,
+        )
+
+    def create_secret(self, manifest: Body) -> None:
+        name = manifest["metadata"]["name"]
+        self._call(
+            f"create Secret {name} in {self.where}",
+            lambda: self.core.create_namespaced_secret(
+                self.namespace, cast(Any, manifest), _request_timeout=self._timeout()
+            ),
+        )
+
+    def own_secret(self, name: str, owner: Body) -> None:
+        """Make the RolloutJob `owner` the Secret's owner, so deleting the job deletes it.
+
+        No blockOwnerDeletion: setting it needs `update` on rolloutjobs/finalizers, which a user
+        who may create jobs need not have.
+        """
+        reference = {
+            "apiVersion": owner["apiVersion"],
+            "kind": owner["kind"],
+            "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"],
+        }
+        patch = {"metadata": {"ownerReferences": [reference]}}
+        self._call(
+            f"set the owner of Secret {name} in {self.where}",
+            lambda: self.core.patch_namespaced_secret(
+                name, self.namespace, patch, _request_timeout=self._timeout()
+            ),
+        )
+
+    def delete_secret(self, name: str) -> None:
+        self._call(
+            f"delete Secret {name} in {self.where}",
+            lambda: self.core.delete_namespaced_secret(
+                name, self.namespace, _request_timeout=self._timeout()
+            ),
+            missing_ok=True,
+        )
+
+    # --- watching ---------------------------------------------------------------------------
+
+    def watch_job(self, name: str, *, timeout_seconds: int = WATCH_TIMEOUT_SEC) -> Iterator[Body]:
+        """The RolloutJob `name` now and after every change; ends when it is deleted (or is not
+        there to begin with).
+
+        One list, then watches from its resourceVersion, each ended by the server after
+        `timeout_seconds` and started again from the last event; a 410 Gone lists again.
+        Connection failures are retried a few times with a growing pause.
+        """
+        selector = f"metadata.name={name}"
+        failures = 0
+        while True:
+            listing = self._call(
+                f"read RolloutJob {name} in {self.where}",
+                lambda: self.custom.list_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    JOBS,
+                    field_selector=selector,
+                    _request_timeout=self._timeout(),
+                ),
+            )
+            items = (listing or {}).get("items", [])
+            if not items:
+                return
+            yield items[0]
+            version = str((listing or {}).get("metadata", {}).get("resourceVersion", ""))
+            while True:
+                try:
+                    for kind, body in self._watch_once(selector, version, timeout_seconds):
+                        failures = 0
+                        version = str(body.get("metadata", {}).get("resourceVersion") or version)
+                        if kind == "DELETED":
+                            return
+                        if kind in ("ADDED", "MODIFIED"):
+                            yield body
+                except ApiException as err:
+                    if err.status == 410:  # our resourceVersion is too old: list again
+                        break
+                    raise ClusterError(
+                        f"cannot watch RolloutJob {name} in {self.where}: {_api_message(err)}",
+                        err.status,
+                    ) from None
+                except (urllib3.exceptions.HTTPError, OSError) as err:
+                    failures += 1
+                    if failures > WATCH_RECONNECTS:
+                        raise ClusterError(
+                            f"lost the watch of RolloutJob {name}: the Kubernetes API at "
+                            f"{self.host} did not answer ({err})"
+                        ) from None
+                    logger.warning("watch of %s interrupted (%s); watching again", name, err)
+                    time.sleep(min(2.0**failures, 30.0))
+                    break  # list again: events may have been missed
+
+    def _watch_once(
+        self, selector: str, version: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, Body]]:
+        watcher = watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in watcher.stream(  # type: ignore[no-untyped-call]
+                self.custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.namespace,
+                JOBS,
+                field_selector=selector,
+                resource_version=version,
+                timeout_seconds=timeout_seconds,
+                _request_timeout=(CONNECT_TIMEOUT_SEC, timeout_seconds + READ_TIMEOUT_SEC),
+            ):
+                body = event.get("raw_object") or event.get("object")
+                if isinstance(body, dict):
+                    yield str(event.get("type")), body
+        finally:
+            watcher.stop()  # type: ignore[no-untyped-call]
+
+
+def _pick_context(
+    contexts: list[dict[str, Any]] | None,
+    current: dict[str, Any] | None,
+    wanted: str | None,
+    path: str,
+) -> dict[str, Any]:
+    if wanted is None:
+        if current is None:
+            raise ClusterError(f"the kubeconfig {path} has no current context: pass --context")
+        return current
+    for candidate in contexts or []:
+        if candidate.get("name") == wanted:
+            return candidate
+    names = ", ".join(str(c.get("name")) for c in contexts or []) or "none"
+    raise ClusterError(f"no context {wanted!r} in the kubeconfig {path} (it has: {names})")
+
+
+def _api_message(err: ApiException) -> str:
+    """What the API server said: its Status message, else the HTTP reason."""
+    try:
+        status = json.loads(err.body or "")
+        message = status.get("message")
+    except (ValueError, AttributeError):
+        message = None
+    reason = f"{err.status} {err.reason}".strip()
+    return f"{message} ({reason})" if message else reason
+
+
+def _resource_missing(err: ApiException) -> bool:
+    """A 404 for the resource type itself (no CRD), rather than for one object."""
+    try:
+        status = json.loads(err.body or "")
+    except ValueError:
+        return True  # an HTML/plain 404 page: the path itself is unknown
+    if not isinstance(status, dict):
+        return True
+    details = status.get("details") or {}
+    return not details.get("name") and "could not find the requested resource" in str(
+        status.get("message", "")
+    )

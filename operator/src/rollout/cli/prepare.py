@@ -1,0 +1,161 @@
+"""From a job.yaml to everything `rollout run` and `rollout render` need, with nothing written.
+
+`prepare_job` loads the job, resolves every `${VAR}` of agent env from the environment, loads
+every dataset (local directories; registry datasets fetched with git into the cache) and computes
+each dataset's bundle manifest and content address. Every problem found is reported at once, each
+naming the file and the field, and nothing has touched storage or the cluster yet.
+
+`environment.type: docker` (job.yaml's default) means "run it in containers"; submitted to a
+cluster that is a Pod per trial, so it becomes `kubernetes` here. Other types (modal, daytona,
+e2b) are kept: the bridge controller runs them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout.api.bundle import DatasetManifest, build_manifest, manifest_digest
+from rollout.api.dataset import (
+    Dataset,
+    fetch_registry_dataset,
+    find_registry_dataset,
+    load_local_dataset,
+    load_registry,
+)
+from rollout.api.errors import InvalidInput, Problem
+from rollout.api.job import (
+    EnvironmentType,
+    JobConfig,
+    JobDataset,
+    load_job,
+    resolve_agent_env,
+)
+from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
+from rollout.api.translate import job_to_rollout_job
+
+ENV_CACHE_DIR = "ROLLOUT_CACHE_DIR"
+
+
+@dataclass(frozen=True)
+class PreparedDataset:
+    """A loaded dataset with its bundle manifest and content address (the manifest's digest)."""
+
+    dataset: Dataset
+    manifest: DatasetManifest
+    digest: str
+    source: JobDataset
+    """The job.yaml entry, its paths relative to the job file's directory as they were written,
+    so that a rendered manifest names no path of this machine."""
+
+    @property
+    def ref(self) -> DatasetRef:
+        return DatasetRef(name=self.dataset.name, digest=self.digest, source=self.source)
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job ready to submit: the job (environment type mapped) and its datasets, in order."""
+
+    file: Path
+    job: JobConfig
+    datasets: list[PreparedDataset]
+    docker_mapped: bool
+    """True when job.yaml said `type: docker` explicitly and it became `kubernetes`."""
+
+
+def cache_dir(environ: Mapping[str, str]) -> Path:
+    """Where registry datasets are fetched: $ROLLOUT_CACHE_DIR, else $XDG_CACHE_HOME/rollout,
+    else ~/.cache/rollout."""
+    if explicit := environ.get(ENV_CACHE_DIR, "").strip():
+        return Path(explicit).expanduser()
+    base = environ.get("XDG_CACHE_HOME", "").strip()
+    home = environ.get("HOME", "") or str(Path.home())
+    return Path(base or os.path.join(home, ".cache")) / "rollout"
+
+
+def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> PreparedJob:
+    """Load and check everything about the job (see the module docstring)."""
+    job = load_job(path)
+    problems: list[Problem] = []
+    try:
+        resolve_agent_env(job, environ, file=path)
+    except InvalidInput as err:
+        problems.extend(err.problems)
+    datasets: list[PreparedDataset] = []
+    for index, entry in enumerate(job.datasets):
+        try:
+            source = _relative_source(entry, path.parent)
+            datasets.append(prepare_dataset(entry, cache, source=source))
+        except InvalidInput as err:
+            problems.extend(Problem(str(path), f"datasets[{index}]", str(p)) for p in err.problems)
+    if problems:
+        raise InvalidInput(problems)
+    explicit_docker = (
+        "type" in job.environment.model_fields_set
+        and job.environment.type is EnvironmentType.DOCKER
+    )
+    if job.environment.type is EnvironmentType.DOCKER:
+        environment = job.environment.model_copy(update={"type": EnvironmentType.KUBERNETES})
+        job = job.model_copy(update={"environment": environment})
+    return PreparedJob(file=path, job=job, datasets=datasets, docker_mapped=explicit_docker)
+
+
+def prepare_dataset(
+    entry: JobDataset, cache: Path, *, source: JobDataset | None = None
+) -> PreparedDataset:
+    """Load one dataset and compute its manifest and content address (hashes every task)."""
+    dataset = load_dataset(entry, cache)
+    manifest = build_manifest(dataset)
+    return PreparedDataset(dataset, manifest, manifest_digest(manifest), source or entry)
+
+
+def load_dataset(entry: JobDataset, cache: Path) -> Dataset:
+    """A job.yaml dataset entry, loaded: a local directory, or a registry dataset fetched with
+    git into `cache/git`."""
+    if entry.path is not None:
+        return load_local_dataset(entry.path)
+    # JobDataset's validator: a dataset without a path has a registry and a name.
+    assert entry.registry is not None
+    assert entry.name is not None
+    registry = load_registry(entry.registry.location)
+    found = find_registry_dataset(registry, entry.name, entry.version)
+    return fetch_registry_dataset(found, cache / "git")
+
+
+def build_resources(
+    prepared: PreparedJob,
+    *,
+    namespace: str,
+    environ: Mapping[str, str],
+    storage: StorageSpec | None,
+    runner_image: str | None,
+) -> tuple[RolloutJob, dict[str, Any] | None]:
+    """The RolloutJob and its agent env Secret (None when no value has `${VAR}`)."""
+    return job_to_rollout_job(
+        prepared.job,
+        namespace=namespace,
+        datasets=[d.ref for d in prepared.datasets],
+        environ=environ,
+        storage=storage,
+        runner_image=runner_image,
+        file=prepared.file,
+    )
+
+
+def _relative_source(entry: JobDataset, base: Path) -> JobDataset:
+    """`entry` with its (absolute, after load_job) paths made relative to the job file again."""
+
+    def relative(value: str | None) -> str | None:
+        if value is None:
+            return None
+        text = os.path.relpath(value, base.absolute())
+        return text if text == "." or text.startswith("..") else f"./{text}"
+
+    registry = entry.registry
+    if registry is not None and registry.path is not None:
+        registry = registry.model_copy(update={"path": relative(registry.path)})
+    return entry.model_copy(update={"path": relative(entry.path), "registry": registry})

@@ -1,0 +1,189 @@
+"""Datasets into object storage as content-addressed bundles, and `rollout publish DATASET...`.
+
+A bundle is one archive per task, `tasks/<content hash>.tar.gz`, and a manifest,
+`datasets/<manifest digest>.json`, listing the tasks in order with their parsed task.toml and
+content hash (rollout.api.bundle, rollout.api.layout). Both are named by what they hold, so an
+object that exists never needs writing again:
+
+- a manifest is uploaded last, after all of its task archives, so a manifest in storage means the
+  whole bundle is there and nothing of that dataset is looked at again;
+- otherwise each task archive is checked (HEAD) and only missing ones are made and uploaded; a
+  task shared by several datasets is uploaded once.
+
+All missing archives are built (into a temporary directory) before the first upload, so a task
+that cannot be archived (a symlink leaving the task) stops the publish with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from rollout.api.bundle import canonical_json, task_archive
+from rollout.api.errors import InvalidInput, Problem
+from rollout.api.job import JobDataset, RegistrySource, validation_problems
+from rollout.api.layout import dataset_manifest_key, task_archive_key
+from rollout.cli import config
+from rollout.cli.errors import ExitCode
+from rollout.cli.prepare import PreparedDataset, cache_dir, prepare_dataset
+from rollout.cli.threads import parallel_map
+from rollout.storage import ObjectStore
+
+WORKERS = 8
+
+EPILOG = """\
+A DATASET is a local directory of tasks, or a dataset of a registry.json written
+REGISTRY#NAME or REGISTRY#NAME@VERSION, REGISTRY being a file path or an http(s) URL.
+
+Prints each dataset's address as YAML entries for spec.datasets of a RolloutJob written by hand.
+
+examples:
+  rollout publish ./tasks
+  rollout publish ./registry.json#terminal-bench@2.0 --storage-bucket evals
+  rollout publish 'https://example.com/registry.json#hello-world@head'
+"""
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    """What publishing one dataset did."""
+
+    name: str
+    digest: str
+    tasks: int
+    archives_uploaded: int
+    manifest_uploaded: bool
+
+    def describe(self, store: ObjectStore) -> str:
+        where = store.uri(dataset_manifest_key(store.settings.prefix, self.digest))
+        plural = "task" if self.tasks == 1 else "tasks"
+        if not self.manifest_uploaded:
+            return f"dataset {self.name} ({self.tasks} {plural}): already in storage at {where}"
+        archives = "archive" if self.archives_uploaded == 1 else "archives"
+        return (
+            f"dataset {self.name} ({self.tasks} {plural}): uploaded {self.archives_uploaded} "
+            f"task {archives} and the manifest {where}"
+        )
+
+
+def publish_datasets(
+    store: ObjectStore, datasets: Sequence[PreparedDataset], *, workers: int = WORKERS
+) -> list[PublishReport]:
+    """Publish each dataset's bundle, skipping what storage already has (module docstring)."""
+    prefix = store.settings.prefix
+    manifest_keys = [dataset_manifest_key(prefix, d.digest) for d in datasets]
+    have_manifest = dict(
+        zip(manifest_keys, parallel_map(store.exists, manifest_keys, workers), strict=True)
+    )
+
+    owner: dict[str, int] = {}  # content hash -> the dataset that uploads it
+    task_dirs: dict[str, Path] = {}
+    for index, (prepared, key) in enumerate(zip(datasets, manifest_keys, strict=True)):
+        if have_manifest[key]:
+            continue
+        for task, entry in zip(prepared.dataset.tasks, prepared.manifest.tasks, strict=True):
+            if entry.content_hash not in owner:
+                owner[entry.content_hash] = index
+                task_dirs[entry.content_hash] = task.path
+    hashes = list(task_dirs)
+    archive_keys = {h: task_archive_key(prefix, h) for h in hashes}
+    present = parallel_map(store.exists, [archive_keys[h] for h in hashes], workers)
+    missing = [h for h, there in zip(hashes, present, strict=True) if not there]
+
+    uploaded = [0] * len(datasets)
+    with tempfile.TemporaryDirectory(prefix="rollout-publish-") as scratch:
+        files: dict[str, Path] = {}
+        for content_hash in missing:  # every archive made before the first upload
+            path = Path(scratch) / f"{content_hash}.tar.gz"
+            path.write_bytes(task_archive(task_dirs[content_hash]))
+            files[content_hash] = path
+        parallel_map(lambda h: store.upload_file(files[h], archive_keys[h]), missing, workers)
+    for content_hash in missing:
+        uploaded[owner[content_hash]] += 1
+
+    reports: list[PublishReport] = []
+    written: set[str] = set()
+    for index, (prepared, key) in enumerate(zip(datasets, manifest_keys, strict=True)):
+        upload = not have_manifest[key] and key not in written
+        if upload:
+            store.put_bytes(key, canonical_json(prepared.manifest), "application/json")
+            written.add(key)
+        reports.append(
+            PublishReport(
+                name=prepared.dataset.name,
+                digest=prepared.digest,
+                tasks=len(prepared.manifest.tasks),
+                archives_uploaded=uploaded[index],
+                manifest_uploaded=upload,
+            )
+        )
+    return reports
+
+
+# --- `rollout publish` ----------------------------------------------------------------------------
+
+
+def parse_dataset_argument(text: str) -> JobDataset:
+    """`./tasks` -> a local dataset; `REGISTRY#NAME[@VERSION]` -> a registry dataset."""
+    if "#" not in text:
+        if Path(text).is_file():
+            raise InvalidInput.one(
+                text,
+                None,
+                "a registry file needs the dataset's name: REGISTRY#NAME or REGISTRY#NAME@VERSION",
+            )
+        return JobDataset(path=str(Path(text).absolute()))
+    location, _, rest = text.rpartition("#")
+    name, at, version = rest.rpartition("@")
+    if not at:
+        name, version = rest, ""
+    if not location or not name:
+        raise InvalidInput.one(text, None, "write a registry dataset as REGISTRY#NAME[@VERSION]")
+    try:
+        if location.startswith(("http://", "https://")):
+            registry = RegistrySource(url=location)
+        else:
+            registry = RegistrySource(path=str(Path(location).absolute()))
+        return JobDataset(registry=registry, name=name, version=version or None)
+    except ValidationError as err:
+        raise InvalidInput(validation_problems(err, text)) from None
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "publish",
+        help="upload datasets as content-addressed bundles and print their addresses",
+        description="Upload each dataset to object storage as a content-addressed bundle "
+        "(skipping what is already there) and print its name and digest.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("datasets", nargs="+", metavar="DATASET")
+    config.add_storage_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    settings = config.resolve(args, environ)
+    store_settings = settings.storage_settings(environ)
+    problems: list[Problem] = []
+    prepared: list[PreparedDataset] = []
+    for text in args.datasets:
+        try:
+            prepared.append(prepare_dataset(parse_dataset_argument(text), cache_dir(environ)))
+        except InvalidInput as err:
+            problems.extend(err.problems)
+    if problems:
+        raise InvalidInput(problems)
+    store = ObjectStore(store_settings)
+    reports = publish_datasets(store, prepared)
+    for report in reports:
+        print(report.describe(store), file=sys.stderr)
+        print(f"- name: {report.name}\n  digest: {report.digest}")
+    return ExitCode.OK

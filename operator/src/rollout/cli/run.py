@@ -1,0 +1,240 @@
+"""`rollout run JOB.yaml` (or just `rollout JOB.yaml`): run a job on the cluster, from job.yaml
+to results on disk.
+
+1. Check everything first, before storage or the cluster is touched: the job file, every `${VAR}`
+   of agent env (from this environment), every dataset (local directories; registry datasets
+   fetched with git into ~/.cache/rollout/git), the storage settings, the kubeconfig, that no
+   RolloutJob of that name exists and that neither storage nor the local jobs directory already
+   holds results of a job of that name. Any problem: every one is printed with its file and
+   field, and nothing is created anywhere.
+2. Publish each dataset to object storage as a content-addressed bundle (skipping what is there).
+3. Create the agent env Secret (values of `${VAR}`; never in the RolloutJob), then the RolloutJob,
+   then make the RolloutJob the Secret's owner, so deleting the job deletes the Secret.
+   `environment.type: docker` (job.yaml's default) means the cluster runs each trial as a Pod:
+   it is submitted as `kubernetes`.
+4. Follow the job as its status changes: trials done of total, running, errors, pass rate and
+   each metric the job configures.
+5. Download the results into `<jobs_dir>/<job>/` (jobs_dir from job.yaml, relative to this
+   directory, or --jobs-dir) in the seed's layout, and print a summary per agent.
+
+Exit status: 0 when the job completed (whatever the rewards), 1 when it failed or anything went
+wrong, 3 when the RolloutJob was deleted before it finished, 130 on Ctrl-C (the job keeps
+running in the cluster; the message says how to follow, download or cancel it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from rollout.api.errors import InvalidInput, Problem
+from rollout.api.layout import job_config_key, job_prefix, job_result_key, local_job_dir
+from rollout.cli import config, kube
+from rollout.cli.download import download_results
+from rollout.cli.errors import CliError, ExitCode
+from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
+from rollout.cli.progress import JobView, ProgressDisplay, follow, make_console
+from rollout.cli.publish import publish_datasets
+from rollout.cli.summary import load_summary, print_summary
+from rollout.storage import ObjectStore, StorageSettings
+
+EPILOG = """\
+environment.type: docker (job.yaml's default) runs each trial as a Pod in the cluster, the
+same as kubernetes; modal, daytona and e2b trials are run by the bridge controller.
+
+examples:
+  rollout job.yaml                                 the same as `rollout run job.yaml`
+  rollout run job.yaml --namespace evals --context prod
+  rollout run job.yaml --storage-bucket evals --storage-endpoint http://127.0.0.1:9000 \\
+      --storage-path-style --storage-cluster-endpoint http://minio.rollout-system:9000
+  rollout run job.yaml --detach                    submit, then `rollout status NAME --watch`
+"""
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "run",
+        help="run a job.yaml on the cluster and download its results (the default command)",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("job_file", type=Path, metavar="JOB.yaml")
+    parser.add_argument(
+        "--jobs-dir",
+        type=Path,
+        metavar="DIR",
+        help="where results go, as <DIR>/<job>/ (default: job.yaml's jobs_dir)",
+    )
+    parser.add_argument(
+        "--detach", action="store_true", help="submit the job and return without following it"
+    )
+    parser.add_argument(
+        "--watch-timeout",
+        type=int,
+        default=kube.WATCH_TIMEOUT_SEC,
+        metavar="SECONDS",
+        help="how long each watch request lasts before it is made again (default: %(default)s)",
+    )
+    kube.add_cluster_arguments(parser)
+    config.add_storage_arguments(parser)
+    config.add_runner_image_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    # 1. Everything checked; nothing written.
+    settings, store_settings, prepared = _check_inputs(args, environ)
+    job = prepared.job
+    jobs_dir: Path = args.jobs_dir or Path(job.jobs_dir)
+    local_dir = local_job_dir(jobs_dir, job.name)
+    if local_dir.is_dir() and any(local_dir.iterdir()):
+        raise InvalidInput.one(
+            args.job_file,
+            "name",
+            f"{local_dir} already holds results of a job named {job.name!r}: give the job "
+            "another name, or pass --jobs-dir",
+        )
+    cluster = kube.Cluster.from_args(args, environ)
+    rollout_job, secret = build_resources(
+        prepared,
+        namespace=cluster.namespace,
+        environ=environ,
+        storage=settings.storage_spec(),
+        runner_image=settings.runner_image,
+    )
+    name = str(rollout_job.metadata.name)
+    if (existing := cluster.get_job(name)) is not None:
+        phase = (existing.get("status") or {}).get("phase") or "Pending"
+        raise CliError(
+            f"a RolloutJob {name} ({phase}) already exists in {cluster.where}: follow it with "
+            f"`rollout status {name} --watch`, delete it with `rollout cancel {name}`, or give "
+            f"the job another name in {args.job_file}"
+        )
+    store = ObjectStore(store_settings)
+    _check_no_old_results(store, prepared, args.job_file)
+    if prepared.docker_mapped:
+        note("environment.type docker: each trial runs as a Pod in the cluster (kubernetes)")
+    if warning := settings.loopback_warning():
+        note(f"warning: {warning}")
+
+    # 2. Datasets.
+    for report in publish_datasets(store, prepared.datasets):
+        note(report.describe(store))
+
+    # 3. The Secret, the RolloutJob, the Secret's owner.
+    secret_name = secret["metadata"]["name"] if secret is not None else None
+    if secret is not None:
+        cluster.create_secret(secret)
+    try:
+        created = cluster.create_job(rollout_job.manifest())
+    except CliError:
+        if secret_name is not None:  # leave nothing behind; the first error is the one to tell
+            try:
+                cluster.delete_secret(secret_name)
+            except CliError as cleanup:
+                note(f"warning: {cleanup}")
+        raise
+    if secret_name is not None:
+        try:
+            cluster.own_secret(secret_name, created)
+        except CliError as err:
+            note(f"warning: {err}; delete the Secret {secret_name} yourself when the job is gone")
+    note(f"created RolloutJob {name} in {cluster.where}")
+    if args.detach:
+        note(_how_to_continue(name, job.name))
+        return ExitCode.OK
+
+    # 4.-5. Follow, download, summarise.
+    try:
+        return _follow_and_download(args, cluster, store, name, job.name, jobs_dir)
+    except KeyboardInterrupt:
+        note("\ninterrupted: the job keeps running in the cluster.")
+        note(_how_to_continue(name, job.name))
+        return ExitCode.INTERRUPTED
+
+
+def _check_inputs(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> tuple[config.CliSettings, StorageSettings, PreparedJob]:
+    """The settings and the job, with the problems of both reported together."""
+    problems: list[Problem] = []
+    settings = store_settings = prepared = None
+    try:
+        settings = config.resolve(args, environ)
+        store_settings = settings.storage_settings(environ)
+    except InvalidInput as err:
+        problems.extend(err.problems)
+    try:
+        prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ))
+    except InvalidInput as err:
+        problems.extend(err.problems)
+    if problems:
+        raise InvalidInput(problems)
+    assert settings is not None
+    assert store_settings is not None
+    assert prepared is not None
+    return settings, store_settings, prepared
+
+
+def _follow_and_download(
+    args: argparse.Namespace,
+    cluster: kube.Cluster,
+    store: ObjectStore,
+    name: str,
+    job_name: str,
+    jobs_dir: Path,
+) -> int:
+    console = make_console()
+    with ProgressDisplay(console) as display:
+        final = follow(cluster, name, display, timeout_seconds=args.watch_timeout)
+    if final is None:
+        note(
+            f"RolloutJob {name} was deleted before it finished; results written so far stay in "
+            f"storage: rollout download {job_name}"
+        )
+        return ExitCode.DELETED
+    view = JobView.from_body(final)
+    target, count = download_results(store, job_name, jobs_dir)
+    if count:
+        note(f"downloaded {count} files to {target}")
+    else:
+        note(f"no results in storage at {store.uri(job_prefix(store.settings.prefix, job_name))}")
+    summary = load_summary(target, final)
+    if summary is not None and (summary.rows or summary.total.trials):
+        print_summary(console, summary)
+    if not view.succeeded:
+        reason = f": {view.message}" if view.message else ""
+        note(f"job {job_name} failed{reason}")
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def _check_no_old_results(store: ObjectStore, prepared: PreparedJob, job_file: Path) -> None:
+    """Refuse a job name whose results are already in storage: the two runs would mix."""
+    prefix = store.settings.prefix
+    name = prepared.job.name
+    for key in (job_config_key(prefix, name), job_result_key(prefix, name)):
+        if store.exists(key):
+            raise InvalidInput.one(
+                job_file,
+                "name",
+                f"storage already holds results of a job named {name!r} "
+                f"({store.uri(job_prefix(prefix, name))}): give the job another name, or delete "
+                "those results first",
+            )
+
+
+def _how_to_continue(name: str, job_name: str) -> str:
+    return (
+        f"  follow it:    rollout status {name} --watch\n"
+        f"  download:     rollout download {name}\n"
+        f"  cancel it:    rollout cancel {name}"
+        + ("" if name == job_name else f"\n  (job {job_name!r} is RolloutJob {name})")
+    )

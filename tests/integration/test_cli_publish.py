@@ -1,0 +1,121 @@
+"""`rollout publish` and `rollout render --publish` against a real S3 endpoint: bundles named by
+their content, each object written once, and nothing written when any dataset is bad."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_kit import Cli, Workspace, s3_client, versions_by_key
+
+from rollout.api.taskdir import task_content_hash
+from rollout.storage import ObjectStore, StorageSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    (tmp_path / "work").mkdir()
+    return Workspace(tmp_path / "work")
+
+
+@pytest.fixture
+def cli(tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+    (tmp_path / "home").mkdir()
+    return Cli(tmp_path / "no-kubeconfig", s3_settings, tmp_path / "home")
+
+
+async def test_publish_prints_addresses_and_uploads_each_object_once(
+    cli: Cli,
+    workspace: Workspace,
+    s3_settings: StorageSettings,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    s3_client(s3_settings).put_bucket_versioning(
+        Bucket=s3_settings.bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
+    registry = f"{workspace.root / 'registry.json'}#beta@1.0"
+    args = ["publish", str(workspace.root / "alpha"), registry, *cli.storage_args()]
+    first = await cli.run(capsys, *args)
+    assert first.code == 0, first.stderr
+    entries = yaml.safe_load(first.stdout)
+    assert [e["name"] for e in entries] == ["alpha", "beta"]
+    store = ObjectStore(s3_settings)
+    for entry in entries:  # content-addressed: the digest is the manifest's sha256
+        manifest = store.get_bytes(f"datasets/{entry['digest']}.json")
+        assert hashlib.sha256(manifest).hexdigest() == entry["digest"]
+    hashes = {task_content_hash(workspace.root / "alpha" / name) for name in ("hello", "count")} | {
+        task_content_hash(workspace.root / "beta-repo" / "tasks" / "sort")
+    }
+    assert set(store.list_keys("tasks/")) == {f"tasks/{h}.tar.gz" for h in hashes}
+    assert first.stderr.splitlines() == [
+        f"dataset alpha (2 tasks): uploaded 2 task archives and the manifest "
+        f"s3://{s3_settings.bucket}/datasets/{entries[0]['digest']}.json",
+        f"dataset beta (2 tasks): uploaded 1 task archive and the manifest "
+        f"s3://{s3_settings.bucket}/datasets/{entries[1]['digest']}.json",
+    ]
+
+    again = await cli.run(capsys, *args)
+    assert again.code == 0, again.stderr
+    assert yaml.safe_load(again.stdout) == entries
+    assert "uploaded" not in again.stderr
+    assert set(versions_by_key(s3_settings).values()) == {1}
+    assert len(versions_by_key(s3_settings)) == 5
+
+
+async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(
+    cli: Cli,
+    workspace: Workspace,
+    s3_settings: StorageSettings,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    missing = workspace.root / "missing"
+    registry = workspace.root / "registry.json"
+    args = ["publish", str(workspace.root / "alpha"), str(missing), str(registry)]
+    outcome = await cli.run(capsys, *args, *cli.storage_args())
+    assert outcome.code == 1
+    assert outcome.stderr.splitlines() == [
+        f"error: {missing}: dataset directory does not exist",
+        f"error: {registry}: a registry file needs the dataset's name: REGISTRY#NAME or "
+        "REGISTRY#NAME@VERSION",
+    ]
+    assert ObjectStore(s3_settings).list_keys("") == []
+
+
+async def test_a_task_that_cannot_be_archived_stops_the_publish_with_nothing_written(
+    cli: Cli,
+    workspace: Workspace,
+    s3_settings: StorageSettings,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    link = workspace.root / "alpha" / "hello" / "environment" / "secrets"
+    os.symlink("../../../../../etc", link)  # leaves the task
+    registry = f"{workspace.root / 'registry.json'}#beta"
+    args = ["publish", registry, str(workspace.root / "alpha"), *cli.storage_args()]
+    outcome = await cli.run(capsys, *args)
+    assert outcome.code == 1
+    assert outcome.stderr == (
+        f"error: {link}: symbolic link to '../../../../../etc' points outside the task\n"
+    )
+    assert ObjectStore(s3_settings).list_keys("") == []
+
+
+async def test_render_publish_uploads_the_bundles_the_manifest_names(
+    cli: Cli,
+    workspace: Workspace,
+    s3_settings: StorageSettings,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = workspace.job_file()
+    outcome = await cli.run(capsys, "render", str(job), "--publish", *cli.storage_args())
+    assert outcome.code == 0, outcome.stderr
+    (rollout_job,) = yaml.safe_load_all(outcome.stdout)
+    digests = [d["digest"] for d in rollout_job["spec"]["datasets"]]
+    store = ObjectStore(s3_settings)
+    assert sorted(store.list_keys("datasets/")) == sorted(f"datasets/{d}.json" for d in digests)
+    assert rollout_job["spec"]["storage"]["bucket"] == s3_settings.bucket
+    assert "uploaded 2 task archives and the manifest" in outcome.stderr

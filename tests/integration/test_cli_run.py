@@ -1,0 +1,350 @@
+"""`rollout run JOB.yaml` end to end against a loopback Kubernetes API and a real S3 endpoint.
+
+The test plays the operator: once the CLI has applied the RolloutJob, it writes trial and job
+result files into storage and sets the RolloutJob's status, and the CLI follows, downloads and
+exits as a user would see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from cli_kit import (
+    SECRET_VALUE,
+    TRIALS,
+    Cli,
+    Workspace,
+    job_status,
+    job_tree,
+    local_tree,
+    rewards_of,
+    s3_client,
+    versions_by_key,
+    wait_for_job,
+    wait_for_watch,
+    write_results,
+)
+
+from kube import CRDS_DIR, ROLLOUT_JOBS, SECRETS, Kube, kube_api
+from rollout.api.bundle import build_manifest, manifest_digest
+from rollout.api.dataset import load_local_dataset
+from rollout.api.taskdir import task_content_hash
+from rollout.storage import ObjectStore, StorageSettings
+
+pytestmark = pytest.mark.integration
+
+JOB = "two-by-two"
+SECRET = f"{JOB}-agent-env"
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with kube_api(crds=CRDS_DIR) as kube:
+        yield kube
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    (tmp_path / "work").mkdir()
+    return Workspace(tmp_path / "work")
+
+
+@pytest.fixture
+def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+    (tmp_path / "home").mkdir()
+    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
+
+
+@pytest.fixture
+def store(s3_settings: StorageSettings) -> ObjectStore:
+    return ObjectStore(s3_settings)
+
+
+def run_args(cli: Cli, job_file: Path, *extra: str) -> list[str]:
+    return ["run", str(job_file), *cli.cluster_args(), *cli.storage_args(), *extra]
+
+
+async def test_run_applies_publishes_follows_and_downloads(
+    kube: Kube,
+    cli: Cli,
+    workspace: Workspace,
+    store: ObjectStore,
+    s3_settings: StorageSettings,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s3_client(s3_settings).put_bucket_versioning(
+        Bucket=s3_settings.bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
+    monkeypatch.chdir(workspace.root)  # jobs_dir "jobs" is relative to the working directory
+    workspace.job_file()
+    # `rollout JOB.yaml` is `rollout run JOB.yaml`; the file is named relative to the directory.
+    args = [f"{JOB}.yaml", *cli.cluster_args(), *cli.storage_args()]
+    run = asyncio.create_task(cli.run(capsys, *args))
+
+    body = await wait_for_job(kube, JOB)
+    secret = await kube.wait_for(
+        lambda: _owned_secret(kube), what="the Secret owned by the RolloutJob"
+    )
+
+    # The RolloutJob: job.yaml's content, datasets by content address, no secret value.
+    assert SECRET_VALUE not in json.dumps(body)
+    alpha = manifest_digest(build_manifest(load_local_dataset(workspace.root / "alpha")))
+    beta = body["spec"]["datasets"][1]["digest"]
+    assert body["metadata"]["labels"] == {"rollout.dev/job": JOB}
+    assert body["metadata"]["annotations"] == {
+        "rollout.dev/agent-env": '{"coder":{"MY_API_KEY":"${MY_API_KEY}"}}'
+    }
+    spec = body["spec"]
+    assert spec["jobName"] == JOB
+    assert spec["environment"]["type"] == "kubernetes"  # job.yaml's default docker, as Pods
+    assert spec["metrics"] == [{"type": "mean"}, {"type": "max"}]
+    assert spec["agents"] == [
+        {
+            "name": "coder",
+            "install": "echo install",
+            "execute": "echo execute",
+            "env": [
+                {
+                    "name": "MY_API_KEY",
+                    "valueFrom": {"secretKeyRef": {"name": SECRET, "key": "coder.MY_API_KEY"}},
+                },
+                {"name": "MODEL", "value": "small"},
+            ],
+        },
+        {"name": "oracle", "env": []},
+    ]
+    assert spec["datasets"] == [
+        {"name": "alpha", "digest": alpha, "source": {"path": "./alpha"}},
+        {
+            "name": "beta",
+            "digest": beta,
+            "source": {"registry": {"path": "./registry.json"}, "name": "beta", "version": "1.0"},
+        },
+    ]
+    assert spec["storage"] == {
+        "bucket": s3_settings.bucket,
+        "prefix": "",
+        "endpoint": s3_settings.endpoint_url,
+        "pathStyle": True,
+    }
+    assert "runnerImage" not in spec
+
+    # The Secret holds the value, owned by the RolloutJob; three writes in all, in this order.
+    assert base64.b64decode(secret["data"]["coder.MY_API_KEY"]).decode() == SECRET_VALUE
+    assert set(secret["data"]) == {"coder.MY_API_KEY"}  # MODEL is literal: in the RolloutJob
+    assert (secret["type"], secret["metadata"]["labels"]) == ("Opaque", {"rollout.dev/job": JOB})
+    assert secret["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "rollout.dev/v1alpha1",
+            "kind": "RolloutJob",
+            "name": JOB,
+            "uid": body["metadata"]["uid"],
+        }
+    ]
+    writes = [(c.method, c.resource, c.subresource) for c in kube.writes()]
+    assert writes == [
+        ("POST", SECRETS, None),
+        ("POST", ROLLOUT_JOBS, None),
+        ("PATCH", SECRETS, None),
+    ]
+
+    # The bundles: two manifests named by their digest, three task archives (hello is shared).
+    hashes = {
+        task_content_hash(workspace.root / "alpha" / "hello"),
+        task_content_hash(workspace.root / "alpha" / "count"),
+        task_content_hash(workspace.root / "beta-repo" / "tasks" / "sort"),
+    }
+    bundle_keys = {f"datasets/{alpha}.json", f"datasets/{beta}.json"}
+    bundle_keys |= {f"tasks/{h}.tar.gz" for h in hashes}
+    assert set(store.list_keys("datasets/")) | set(store.list_keys("tasks/")) == bundle_keys
+    beta_manifest = json.loads(store.get_bytes(f"datasets/{beta}.json"))
+    assert hashlib.sha256(store.get_bytes(f"datasets/{beta}.json")).hexdigest() == beta
+    assert [t["name"] for t in beta_manifest["tasks"]] == ["hello", "sort"]
+
+    # The operator's part: trials run, results written, the job completes.
+    await wait_for_watch(kube)
+    rewards = rewards_of(TRIALS)
+    await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Running", rewards, finished=3))
+    written = await asyncio.to_thread(write_results, store, JOB, rewards)
+    await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Completed", rewards))
+    outcome = await run
+
+    assert outcome.code == 0, outcome.stderr
+    local = local_tree(workspace.root / "jobs" / JOB)
+    assert local == job_tree(store, JOB)
+    assert local == {key.removeprefix(f"jobs/{JOB}/"): data for key, data in written.items()}
+    assert {"config.json", "result.json", "coder/beta/sort__1/error.txt"} <= set(local)
+    for trial in ("coder/alpha/count__1", "oracle/beta/hello__1"):
+        for name in (
+            "result.json",
+            "setup/stdout.txt",
+            "command/stderr.txt",
+            "logs/agent/trace.jsonl",
+            "logs/verifier/reward.txt",
+        ):
+            assert f"{trial}/{name}" in local
+
+    lines = outcome.stdout.splitlines()
+    assert lines[:3] == [
+        f"{JOB} Pending: 0/0 trials done, 0 running, 0 errors, pass rate -, mean reward -, "
+        "mean -, max -",
+        f"{JOB} Running: 3/8 trials done, 5 running, 0 errors, pass rate 66.7%, "
+        "mean reward 0.667, mean 0.667, max 1.000",
+        f"{JOB} Completed: 8/8 trials done, 0 running, 1 error, pass rate 85.7%, "
+        "mean reward 0.857, mean 0.857, max 1.000",
+    ]
+    table = "\n".join(lines[3:])
+    assert _row(table, "coder") == ["coder", "4", "3", "1", "66.7%", "0.667"]
+    assert _row(table, "oracle") == ["oracle", "4", "4", "0", "100.0%", "1.000"]
+    assert _row(table, "all") == ["all", "8", "7", "1", "85.7%", "0.857"]
+    assert "Metrics: mean 0.857, max 1.000" in table
+    assert f"created RolloutJob {JOB} in namespace default" in outcome.stderr
+    assert "uploaded 2 task archives and the manifest" in outcome.stderr
+    assert "uploaded 1 task archive and the manifest" in outcome.stderr
+    assert SECRET_VALUE not in outcome.stdout + outcome.stderr
+
+    # A second job on the same datasets uploads nothing: every bundle object has one version.
+    second = await cli.run(capsys, *run_args(cli, workspace.job_file("second"), "--detach"))
+    assert second.code == 0, second.stderr
+    assert "dataset alpha (2 tasks): already in storage" in second.stderr
+    assert "dataset beta (2 tasks): already in storage" in second.stderr
+    versions = versions_by_key(s3_settings)
+    assert {key: versions[key] for key in bundle_keys} == dict.fromkeys(bundle_keys, 1)
+    assert await kube.find(ROLLOUT_JOBS, "second") is not None
+
+
+async def _owned_secret(kube: Kube) -> dict[str, object] | None:
+    secret = await kube.find(SECRETS, SECRET)
+    if secret and secret["metadata"].get("ownerReferences"):
+        return secret
+    return None
+
+
+def _row(table: str, first: str) -> list[str]:
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("│|┃ ").replace("┃", "│").split("│")]
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in\n{table}")
+
+
+async def test_a_job_that_fails_exits_1_with_the_reason(
+    kube: Kube,
+    cli: Cli,
+    workspace: Workspace,
+    store: ObjectStore,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    jobs_dir = workspace.root / "out"
+    args = run_args(cli, workspace.job_file(), "--jobs-dir", str(jobs_dir))
+    run = asyncio.create_task(cli.run(capsys, *args))
+    await wait_for_job(kube, JOB)
+    message = "dataset beta is not in storage (datasets/abc.json)"
+    await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Failed", {}, message=message))
+    outcome = await run
+    assert outcome.code == 1
+    assert f"{JOB} Failed: 0/0 trials done" in outcome.stdout
+    assert f"job {JOB} failed: {message}" in outcome.stderr
+    assert not (jobs_dir / JOB).exists()  # nothing in storage, nothing downloaded
+
+
+async def test_a_deleted_job_exits_3_and_says_where_results_are(
+    kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = asyncio.create_task(cli.run(capsys, *run_args(cli, workspace.job_file())))
+    await wait_for_job(kube, JOB)
+    await kube.wait_for(lambda: _owned_secret(kube), what="owned Secret")
+    await kube.delete(ROLLOUT_JOBS, JOB)
+    outcome = await run
+    assert outcome.code == 3
+    assert f"RolloutJob {JOB} was deleted before it finished" in outcome.stderr
+    assert f"rollout download {JOB}" in outcome.stderr
+    assert await kube.find(SECRETS, SECRET) is None  # the ownerReference cascaded
+
+
+async def test_the_watch_is_made_again_when_the_server_ends_it(
+    kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = run_args(cli, workspace.job_file(), "--watch-timeout", "1")
+    run = asyncio.create_task(cli.run(capsys, *args))
+    await wait_for_job(kube, JOB)
+
+    def watches() -> list[dict[str, str]]:
+        return [
+            dict(c.params)
+            for c in kube.calls()
+            if c.is_watch and c.resource == ROLLOUT_JOBS and c.user_agent.startswith("OpenAPI")
+        ]
+
+    await wait_for_watch(kube, count=3)
+    await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Completed", rewards_of(TRIALS)))
+    outcome = await run
+    assert outcome.code == 0, outcome.stderr
+    params = watches()
+    assert all(p["timeoutSeconds"] == "1" for p in params)
+    assert all(p["fieldSelector"] == f"metadata.name={JOB}" for p in params)
+    # Each watch resumes where the last left off: never from scratch (no resourceVersion).
+    assert all(p.get("resourceVersion") for p in params)
+    lists = [c for c in kube.calls() if c.resource == ROLLOUT_JOBS and c.method == "GET"]
+    assert sum(1 for c in lists if not c.is_watch and c.name is None) == 1  # one list only
+
+
+async def test_ctrl_c_leaves_the_job_running_and_says_how_to_follow_it(
+    kube: Kube, cli: Cli, workspace: Workspace, tmp_path: Path
+) -> None:
+    env = {**os.environ, **cli.environ}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rollout.cli.main",
+        *run_args(cli, workspace.job_file()),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await wait_for_job(kube, JOB)
+        await wait_for_watch(kube)
+        process.send_signal(signal.SIGINT)
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=20)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    text = stderr.decode()
+    assert process.returncode == 130, text
+    assert "the job keeps running in the cluster" in text
+    assert f"rollout status {JOB} --watch" in text
+    assert f"rollout download {JOB}" in text
+    assert f"rollout cancel {JOB}" in text
+    assert "Traceback" not in text
+    assert await kube.find(ROLLOUT_JOBS, JOB) is not None
+
+
+async def test_a_refused_rolloutjob_leaves_no_secret_behind(
+    kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube.fail("POST", ROLLOUT_JOBS, status=403, reason="Forbidden", message="not allowed here")
+    outcome = await cli.run(capsys, *run_args(cli, workspace.job_file()))
+    assert outcome.code == 1
+    assert outcome.stderr.splitlines()[-1] == (
+        f"error: cannot create RolloutJob {JOB} in namespace default ({kube.url}, context kmock): "
+        "not allowed here (403 Forbidden)"
+    )
+    writes = [(c.method, c.resource, c.name) for c in kube.writes()]
+    assert writes == [
+        ("POST", SECRETS, SECRET),
+        ("POST", ROLLOUT_JOBS, JOB),
+        ("DELETE", SECRETS, SECRET),
+    ]
+    assert await kube.find(SECRETS, SECRET) is None

@@ -1,0 +1,126 @@
+"""`rollout status`: the jobs of a namespace, one job's figures, and following one to its end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from cli_kit import (
+    TRIALS,
+    Cli,
+    create_job,
+    job_status,
+    rewards_of,
+    rollout_job,
+    wait_for_watch,
+)
+
+from kube import CRDS_DIR, ROLLOUT_JOBS, Kube, kube_api
+from rollout.api.translate import resource_name
+from rollout.storage import StorageSettings
+
+pytestmark = pytest.mark.integration
+
+REWARDS = rewards_of(TRIALS)
+EVAL = "My Eval"
+EVAL_RESOURCE = resource_name(EVAL)
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with kube_api(crds=CRDS_DIR, namespaces=("default", "evals")) as kube:
+        yield kube
+
+
+@pytest.fixture
+def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+    (tmp_path / "home").mkdir()
+    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
+
+
+@pytest.fixture
+async def jobs(kube: Kube) -> None:
+    await create_job(
+        kube,
+        rollout_job(
+            EVAL_RESOURCE, job_name=EVAL, status=job_status("Running", REWARDS, finished=3)
+        ),
+    )
+    await create_job(kube, rollout_job("nightly", status=job_status("Completed", REWARDS)))
+    await create_job(kube, rollout_job("other", namespace="evals"))
+
+
+def cells(line: str) -> list[str]:
+    return line.split()
+
+
+async def test_status_lists_the_jobs_of_the_namespace(
+    kube: Kube, cli: Cli, jobs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = await cli.run(capsys, "status", *cli.cluster_args())
+    assert outcome.code == 0, outcome.stderr
+    header, *rows = outcome.stdout.splitlines()
+    assert cells(header) == ["NAME", "JOB", "PHASE", "DONE", "FAILED", "PASS", "RATE", "AGE"]
+    assert [cells(row)[:-1] for row in rows] == [
+        [EVAL_RESOURCE, "My", "Eval", "Running", "3/8", "0", "66.7%"],
+        ["nightly", "nightly", "Completed", "8/8", "1", "85.7%"],
+    ]
+    assert all(cells(row)[-1].endswith("s") for row in rows)  # created seconds ago
+
+    everywhere = await cli.run(capsys, "status", "-A", *cli.cluster_args())
+    assert [cells(row)[:2] for row in everywhere.stdout.splitlines()[1:]] == [
+        ["default", EVAL_RESOURCE],
+        ["default", "nightly"],
+        ["evals", "other"],
+    ]
+    empty = await cli.run(capsys, "status", "-n", "kube-system", *cli.cluster_args())
+    assert empty.stdout.startswith("no RolloutJobs in namespace kube-system (")
+
+
+async def test_status_of_one_job_by_its_job_name(
+    kube: Kube, cli: Cli, jobs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = await cli.run(capsys, "status", EVAL, *cli.cluster_args())
+    assert outcome.code == 0, outcome.stderr
+    lines = outcome.stdout.splitlines()
+    assert lines[:6] == [
+        f"Job:         My Eval (RolloutJob {EVAL_RESOURCE} in namespace default)",
+        "Phase:       Running",
+        "Trials:      3/8 done, 5 running, 3 completed, 0 failed",
+        "Pass rate:   66.7%",
+        "Mean reward: 0.667",
+        "Metrics:     mean 0.667, max 1.000",
+    ]
+    assert kube.writes() == []
+
+
+async def test_status_of_a_missing_job(
+    kube: Kube, cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = await cli.run(capsys, "status", "nope", *cli.cluster_args())
+    assert outcome.code == 1
+    assert outcome.stderr == (
+        f"error: no RolloutJob nope in namespace default ({kube.url}, context kmock)\n"
+    )
+
+
+@pytest.mark.parametrize(("phase", "code"), [("Completed", 0), ("Failed", 1)])
+async def test_status_watch_follows_the_job_to_its_end(
+    kube: Kube, cli: Cli, jobs: None, capsys: pytest.CaptureFixture[str], phase: str, code: int
+) -> None:
+    watch = asyncio.create_task(cli.run(capsys, "status", EVAL, "--watch", *cli.cluster_args()))
+    await wait_for_watch(kube)
+    message = "the storage bucket is gone" if phase == "Failed" else None
+    await kube.patch_status(
+        ROLLOUT_JOBS, EVAL_RESOURCE, job_status(phase, REWARDS, message=message)
+    )
+    outcome = await watch
+    assert outcome.code == code, outcome.stderr
+    lines = outcome.stdout.splitlines()
+    assert lines[0].startswith("My Eval Running: 3/8 trials done")
+    assert lines[1].startswith(f"My Eval {phase}: 8/8 trials done")
+    assert f"Phase:       {phase}" in lines
+    if message:
+        assert f"Problem:     {message}" in lines
