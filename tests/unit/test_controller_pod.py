@@ -541,3 +541,22 @@ def test_a_spec_too_large_for_one_environment_variable_is_refused() -> None:
     # A large but possible one is fine.
     pod = render(make_trial(agent={"name": "big", "execute": "echo " + "x" * (100 * 1024)}))
     assert kubernetes_validate.validate(pod, "1.28", strict=True) == "1.28"
+
+
+def test_the_runner_waits_for_the_environment_as_long_as_the_task_may_take_to_build() -> None:
+    args = build_parser().parse_args(container(render(), "runner")["args"])
+    assert args.ready_timeout_sec == 600  # the floor: buildSec is 600 here
+    slow = make_trial(
+        timeouts={"agentInstallSec": 300, "agentSec": 900, "verifierSec": 300, "buildSec": 2400}
+    )
+    args = build_parser().parse_args(container(render(slow), "runner")["args"])
+    assert args.ready_timeout_sec == 2400
+    assert args.upload_timeout_sec == 600
+
+
+def test_the_pod_deadline_covers_every_phase_unless_the_environment_is_preserved() -> None:
+    pod = render()
+    # ready 600 + install 300 + agent 900 + verifier 300 + uploads 600 + margin 300
+    assert pod["spec"]["activeDeadlineSeconds"] == 3000
+    preserved = render(make_trial(preserveEnv=True))
+    assert "activeDeadlineSeconds" not in preserved["spec"]

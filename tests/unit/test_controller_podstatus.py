@@ -666,3 +666,62 @@ def test_phases_for_verdicts() -> None:
     assert pod_phase_for_status(Finished(None, "garbage")) == TrialPhase.FAILED
     assert pod_phase_for_status(Failed(ErrorType.INTERNAL_ERROR, "x")) == TrialPhase.FAILED
     assert pod_phase_for_status(Lost("gone")) == TrialPhase.PENDING
+
+
+def deadline_exceeded(*containers: dict[str, Any]) -> dict[str, Any]:
+    """What the kubelet writes when a Pod outlives its activeDeadlineSeconds."""
+    return {
+        **pending(*containers),
+        "phase": "Failed",
+        "reason": "DeadlineExceeded",
+        "message": "Pod was active on the node longer than the specified deadline",
+    }
+
+
+def test_a_pod_that_never_started_within_its_deadline_failed_to_start() -> None:
+    # A Secret the runner mounts is missing: both containers stay in ContainerCreating.
+    pod = pod_with(
+        deadline_exceeded(
+            waiting("environment", TASK_IMAGE, "ContainerCreating"),
+            waiting("runner", RUNNER_IMAGE, "ContainerCreating"),
+        )
+    )
+    verdict = classify_pod(pod, now=CREATED + timedelta(hours=3), config=CONFIG)
+    assert isinstance(verdict, Failed)
+    assert verdict.error_type == ErrorType.ENVIRONMENT_START_FAILED
+    deadline = pod["spec"]["activeDeadlineSeconds"]
+    assert f"did not start within its deadline of {deadline}s" in verdict.message
+    assert "DeadlineExceeded" in verdict.message
+
+
+def test_a_runner_still_running_at_the_deadline_is_an_internal_error() -> None:
+    pod = pod_with(
+        deadline_exceeded(
+            running("environment", TASK_IMAGE),
+            running("runner", RUNNER_IMAGE),
+        )
+    )
+    verdict = classify_pod(pod, now=CREATED + timedelta(hours=3), config=CONFIG)
+    assert isinstance(verdict, Failed)
+    assert verdict.error_type == ErrorType.INTERNAL_ERROR
+    assert "runner did not finish" in verdict.message
+
+
+def test_a_runner_that_reported_before_the_deadline_keeps_its_outcome() -> None:
+    pod = pod_with(
+        deadline_exceeded(
+            running("environment", TASK_IMAGE),
+            terminated(
+                "runner",
+                RUNNER_IMAGE,
+                code=0,
+                reason="Completed",
+                finished=SCHEDULED + timedelta(minutes=5),
+                message=outcome(reward=1.0),
+            ),
+        )
+    )
+    verdict = classify_pod(pod, now=CREATED + timedelta(hours=3), config=CONFIG)
+    assert isinstance(verdict, Finished)
+    assert verdict.message is not None
+    assert verdict.message.reward == 1.0

@@ -17,6 +17,7 @@ restartPolicy Never: a trial runs once per Pod; an infrastructure retry is a new
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,6 +78,13 @@ ephemeral-storage limit adds headroom to the Pod's total, which the kubelet enfo
 emptyDirs too, so that the runner's copy of the task does not eat into the task's own storage."""
 
 RUNNER_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER"]
+
+MIN_READY_TIMEOUT_SEC = 600.0
+"""Least time the runner waits for the environment: it includes pulling the task's image."""
+UPLOAD_TIMEOUT_SEC = 600.0
+"""The runner's deadline for uploading a trial's files (its own default, made explicit)."""
+DEADLINE_MARGIN_SEC = 300.0
+"""Slack on top of every phase's budget before the kubelet ends a Pod that never finished."""
 """Why the runner runs as uid 0 with these and no others: the shim runs as the task image's user
 (root in most task images) and the agent and verifier as users of their own, so the files in the
 shared volumes (/rollout, /logs) belong to whoever made them, often with modes that shut others
@@ -135,6 +143,11 @@ def render_trial_pod(
         ],
         "volumes": _volumes(credentials_secret),
     }
+    if not spec.preserve_env:
+        # A safety net, not a timeout of the trial: a Pod that cannot start at all (a missing
+        # Secret keeps it in ContainerCreating) or whose runner hangs still ends, and the trial
+        # with it. A preserved environment is kept for inspection, so it gets none.
+        pod_spec["activeDeadlineSeconds"] = pod_deadline_sec(spec)
     if config.trial_service_account:
         pod_spec["serviceAccountName"] = config.trial_service_account
     pod_spec.update(_scheduling(overrides))
@@ -296,7 +309,18 @@ def runner_container(
         "image": spec.runner_image or config.runner_image,
         "imagePullPolicy": config.runner_image_pull_policy,
         # The image's entrypoint is rollout-runner; the paths are given, not left to defaults.
-        "args": ["--control-dir", CONTROL_DIR, "--logs-dir", LOGS_DIR, "--work-dir", TASK_DIR],
+        "args": [
+            "--control-dir",
+            CONTROL_DIR,
+            "--logs-dir",
+            LOGS_DIR,
+            "--work-dir",
+            TASK_DIR,
+            "--ready-timeout-sec",
+            f"{ready_timeout_sec(spec):g}",
+            "--upload-timeout-sec",
+            f"{UPLOAD_TIMEOUT_SEC:g}",
+        ],
         "env": env,
         "resources": {kind: dict(amounts) for kind, amounts in RUNNER_RESOURCES.items()},
         "securityContext": {
@@ -313,6 +337,30 @@ def runner_container(
         "terminationMessagePath": str(termination.DEFAULT_PATH),
         "terminationMessagePolicy": "File",
     }
+
+
+def ready_timeout_sec(spec: RolloutTrialSpec) -> float:
+    """How long the runner waits for the environment container's shim to be ready.
+
+    Getting the environment ready includes pulling its image, which for multi-GB benchmark images
+    can take longer than any fixed default: the task's effective build timeout (after the job's
+    multiplier) is its budget, and never less than MIN_READY_TIMEOUT_SEC.
+    """
+    return max(MIN_READY_TIMEOUT_SEC, spec.timeouts.build_sec)
+
+
+def pod_deadline_sec(spec: RolloutTrialSpec) -> int:
+    """activeDeadlineSeconds of a trial Pod: every phase's budget, the uploads and a margin."""
+    timeouts = spec.timeouts
+    budget = (
+        ready_timeout_sec(spec)
+        + timeouts.agent_install_sec
+        + timeouts.agent_sec
+        + timeouts.verifier_sec
+        + UPLOAD_TIMEOUT_SEC
+        + DEADLINE_MARGIN_SEC
+    )
+    return math.ceil(budget)
 
 
 def trial_spec_json(spec: RolloutTrialSpec) -> str:

@@ -137,6 +137,8 @@ def classify_pod(pod: Mapping[str, Any], *, now: datetime, config: OperatorConfi
         return finished
     if (lost := _lost(pod, status)) is not None:
         return lost
+    if status.get("reason") == "DeadlineExceeded":
+        return _deadline_exceeded(pod, status, runner)
     if runner_end is not None:
         return _runner_ended_without_message(runner_end, environment)
     if (
@@ -217,6 +219,26 @@ def _lost(pod: Mapping[str, Any], status: Mapping[str, Any]) -> Lost | None:
             f"{_said(runner_end.get('reason'), runner_end.get('message'))}."
         )
     return None
+
+
+def _deadline_exceeded(
+    pod: Mapping[str, Any], status: Mapping[str, Any], runner: Mapping[str, Any]
+) -> Failed:
+    """The kubelet ended the Pod at activeDeadlineSeconds, before the runner reported."""
+    deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    within = f" within its deadline of {deadline}s" if deadline else " within its deadline"
+    said = _said("DeadlineExceeded", status.get("message"))
+    if _terminated(runner) is None and "running" not in (runner.get("state") or {}):
+        # The runner never ran: the Pod could not start (e.g. a Secret it mounts is missing).
+        return Failed(
+            ErrorType.ENVIRONMENT_START_FAILED,
+            f"The trial's Pod did not start{within}{said}; `kubectl describe pod` and the "
+            "namespace's events say what held it (often a missing Secret or volume).",
+        )
+    return Failed(
+        ErrorType.INTERNAL_ERROR,
+        f"The trial's runner did not finish{within}{said}.",
+    )
 
 
 def _runner_ended_without_message(
