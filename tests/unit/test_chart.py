@@ -598,7 +598,7 @@ def test_operator_environment_watching_the_cluster() -> None:
         "ROLLOUT_DEFAULT_POD_OVERRIDES": "{}",
         "ROLLOUT_METRICS_PORT": "9090",
         "ROLLOUT_HEALTH_PORT": "8080",
-        "ROLLOUT_WORKER_LIMIT": "50",
+        "ROLLOUT_WORKER_LIMIT": "200",
         "ROLLOUT_LOG_LEVEL": "info",
     }
 

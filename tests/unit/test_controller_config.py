@@ -77,7 +77,7 @@ def test_only_the_runner_image_is_required_and_the_rest_has_the_documented_defau
     assert config.trial_service_account is None
     assert config.peering_name == "rollout-operator"
     assert config.clusterwide_peering is True
-    assert (config.metrics_port, config.health_port, config.worker_limit) == (9090, 8080, 50)
+    assert (config.metrics_port, config.health_port, config.worker_limit) == (9090, 8080, 200)
     assert config.log_level == LogLevel.INFO
     assert config.default_pod_overrides is None
     assert config.unschedulable_grace_sec == 600

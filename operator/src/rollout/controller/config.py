@@ -98,7 +98,15 @@ class OperatorConfig(BaseModel):
     )
     metrics_port: int = Field(9090, ge=1, le=65535, description="Prometheus metrics port.")
     health_port: int = Field(8080, ge=1, le=65535, description="Port of /healthz.")
-    worker_limit: int = Field(50, ge=1, description="kopf's worker limit.")
+    worker_limit: int = Field(
+        200,
+        ge=1,
+        description=(
+            "kopf's worker limit: objects handled at once. Each trial, Pod and job holds a "
+            "worker while its events are processed, so at scale a small limit throttles the "
+            "watches."
+        ),
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="debug, info, warning or error.")
     default_pod_overrides: PodOverrides | None = Field(
         None, description="Trial Pod overrides where a RolloutJob's spec.pod sets nothing."

@@ -1,0 +1,285 @@
+"""The operator's throughput, API economy and memory, against the loopback Kubernetes API.
+
+The real `rollout-operator` process runs against the kmock-based API server of the tests
+(tests/kube.py) and a real S3 endpoint (moto, tests/s3server.py); this script plays the kubelet.
+
+1. A job of `--driven` trials (default 500), every Pod run and finished by the script: API writes
+   per trial (from the server's request log) and job status patches, and the time to complete.
+2. A job of `--trials` trials (default 10,000) with nConcurrentTrials as large: how many trials
+   per second the operator takes from creation to their Pod created, and its resident memory
+   while that many trials and Pods exist.
+
+Figures, not asserts. The API server runs in this process and is itself the slower party at
+scale, so the rates are a floor for a real cluster. kmock 0.8 matches each request against its
+reactions by scanning the whole request log (a request costs O(requests so far)), which makes
+thousands of trials impossible; here the log is searched newest first within a window of recent
+requests (`RecentFirstLog`), which is enough for requests dispatched as they arrive:
+
+    python benchmarks/operator_throughput.py            # ~ a few minutes
+    python benchmarks/operator_throughput.py --trials 2000 --driven 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from pydantic import SecretStr  # noqa: E402
+
+from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, Kube, kube_api  # noqa: E402
+from rollout.api.bundle import build_manifest, canonical_json, manifest_digest  # noqa: E402
+from rollout.api.dataset import load_local_dataset  # noqa: E402
+from rollout.api.layout import dataset_manifest_key  # noqa: E402
+from rollout.storage import ObjectStore, StorageSettings  # noqa: E402
+from s3server import S3Server  # noqa: E402
+
+NS = "default"
+ACCESS_KEY, SECRET_KEY = "AKIABENCHMARK0000001", "benchmark-secret"
+MESSAGE = (
+    '{"reward":1.0,"error":null,"durations":{"total_sec":1.0},"timestamps":null,'
+    '"result_uri":null,"upload_error":null}'
+)
+
+
+class RecentFirstLog(list[Any]):
+    """kmock's request log, iterated newest first and only over the last WINDOW requests.
+
+    kmock decides which reaction serves a request by checking that the request is among each
+    reaction's view of the log; a full log makes that O(n). Everything else (len, slices, the
+    harness's `calls()`) sees the whole log.
+    """
+
+    WINDOW = 32
+
+    def __iter__(self) -> Any:
+        size = len(self)
+        for index in range(size - 1, max(size - self.WINDOW, 0) - 1, -1):
+            yield self[index]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(resident, peak resident) memory of a process in MiB, from /proc (Linux)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def publish_dataset(store: ObjectStore, root: Path, tasks: int) -> dict[str, str]:
+    """A dataset of `tasks` small tasks; only its manifest goes to storage (no Pod really runs)."""
+    for index in range(tasks):
+        task = root / f"task-{index:04d}"
+        (task / "tests").mkdir(parents=True)
+        (task / "environment").mkdir()
+        (task / "instruction.md").write_text(f"Task {index}.\n")
+        (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+        (task / "environment" / "Dockerfile").write_text("FROM busybox\n")
+        (task / "task.toml").write_text('[environment]\ndocker_image = "busybox:1.36"\n')
+    manifest = build_manifest(load_local_dataset(root))
+    digest = manifest_digest(manifest)
+    store.put_bytes(dataset_manifest_key("", digest), canonical_json(manifest), "application/json")
+    return {"name": manifest.name, "digest": digest}
+
+
+def job(name: str, dataset: dict[str, str], attempts: int, concurrency: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "rollout.dev/v1alpha1",
+        "kind": "RolloutJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "agents": [{"name": "oracle"}],
+            "datasets": [dataset],
+            "nAttempts": attempts,
+            "nConcurrentTrials": concurrency,
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def operator_process(
+    kube: Kube, storage: StorageSettings, workdir: Path
+) -> AsyncIterator[int]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kube.write_kubeconfig(workdir / "kubeconfig")),
+        "ROLLOUT_NAMESPACES": NS,
+        "ROLLOUT_RUNNER_IMAGE": "rollout-runner:bench",
+        "ROLLOUT_PEERING": "",
+        "ROLLOUT_STORAGE_BUCKET": storage.bucket,
+        "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint_url or "",
+        "ROLLOUT_STORAGE_PATH_STYLE": "true",
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "ROLLOUT_METRICS_PORT": str(free_port()),
+        "ROLLOUT_HEALTH_PORT": str(free_port()),
+        "ROLLOUT_LOG_LEVEL": "warning",
+    }
+    script = Path(sys.executable).parent / "rollout-operator"
+    with (workdir / "operator.log").open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            str(script), env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
+        )
+    try:
+        yield process.pid
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+class PostCounter:
+    """Counts POSTs of a resource in the request log, reading only what is new each time."""
+
+    def __init__(self, kube: Kube, resource: str) -> None:
+        self.kube, self.resource = kube, resource
+        self.seen = kube.mark()
+        self.count = 0
+
+    def update(self) -> int:
+        for call in self.kube.calls(since=self.seen):
+            if call.method == "POST" and call.resource == self.resource:
+                self.count += 1
+        self.seen = self.kube.mark()
+        return self.count
+
+
+async def creation_and_memory(kube: Kube, dataset: dict[str, str], trials: int, pid: int) -> None:
+    tasks = 100
+    attempts = max(1, trials // tasks)
+    total = tasks * attempts
+    pods = PostCounter(kube, PODS)
+    started = time.monotonic()
+    cpu_operator, cpu_server = cpu_seconds(pid), time.process_time()
+    await kube.create(ROLLOUT_JOBS, job("wide", dataset, attempts, total))
+    first_pod_at: float | None = None
+    last, last_at = 0, started
+    while pods.update() < total:
+        if pods.count and first_pod_at is None:
+            first_pod_at = time.monotonic()
+        if pods.count != last:
+            last, last_at = pods.count, time.monotonic()
+        elif time.monotonic() - last_at > 60:
+            raise SystemExit(f"stuck at {pods.count} of {total} Pods")
+        await asyncio.sleep(0.2)  # polling the request log, not synchronising
+    elapsed = time.monotonic() - started
+    cpu_operator = cpu_seconds(pid) - cpu_operator
+    cpu_server = time.process_time() - cpu_server
+    rate_from_first = total / (time.monotonic() - (first_pod_at or started))
+    await asyncio.sleep(2)  # let the index and the status settle before reading memory
+    resident, peak = rss_mib(pid)
+    print(f"2. {total} trials, all at once (nConcurrentTrials {total})")
+    print(f"   job created -> {total} trials with their Pods: {elapsed:.1f} s")
+    print(f"   trials driven from creation to Pod created: {total / elapsed:.0f}/s"
+          f" ({rate_from_first:.0f}/s after the first Pod)")  # fmt: skip
+    print(f"   CPU used meanwhile: operator {cpu_operator:.1f} s, API server (this process)"
+          f" {cpu_server:.1f} s")  # fmt: skip
+    print(f"   operator resident memory with {total} trials and Pods: {resident:.0f} MiB"
+          f" (peak {peak:.0f} MiB)")  # fmt: skip
+
+
+async def driven(kube: Kube, dataset: dict[str, str], trials: int, pid: int) -> None:
+    tasks = 100
+    attempts = max(1, trials // tasks)
+    total = tasks * attempts
+    mark = kube.mark()
+    started = time.monotonic()
+    cpu_operator, cpu_server = cpu_seconds(pid), time.process_time()
+    await kube.create(ROLLOUT_JOBS, job("driven", dataset, attempts, min(total, 100)))
+    finished: set[str] = set()
+    while True:
+        for pod in await kube.list(PODS, NS, labels="rollout.dev/job=driven"):
+            name = pod["metadata"]["name"]
+            if name in finished or pod["metadata"].get("deletionTimestamp"):
+                continue
+            await kube.run_pod(name)
+            await kube.finish_pod(name, messages={"runner": MESSAGE})
+            finished.add(name)
+        current = await kube.find(ROLLOUT_JOBS, "driven")
+        if ((current or {}).get("status") or {}).get("phase") == "Completed":
+            break
+        await asyncio.sleep(0.05)  # polling, as a kubelet does
+    elapsed = time.monotonic() - started
+    cpu_operator = cpu_seconds(pid) - cpu_operator
+    cpu_server = time.process_time() - cpu_server
+    await asyncio.sleep(1)
+    writes = [c for c in kube.calls(since=mark) if c.is_write]
+    per_kind = Counter((c.method, c.resource.split("/")[-1], c.subresource or "") for c in writes)
+    trial_writes = sum(n for (m, r, s), n in per_kind.items() if r in ("rollouttrials", "pods"))
+    job_status = per_kind[("PATCH", "rolloutjobs", "status")]
+    print(f"1. {total} trials run to completion (nConcurrentTrials {min(total, 100)})")
+    print(f"   job completed in {elapsed:.1f} s ({total / elapsed:.0f} trials/s); CPU used:"
+          f" operator {cpu_operator:.1f} s, API server and kubelet {cpu_server:.1f} s")  # fmt: skip
+    print(f"   API writes per trial: {trial_writes / total:.2f}")
+    for (method, resource, sub), count in sorted(per_kind.items()):
+        print(f"     {method:6} {resource}{'/' + sub if sub else '':8} {count:6}"
+              f"  ({count / total:.2f} per trial)")  # fmt: skip
+    print(f"   job status patches: {job_status} for {total} trials")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=10_000, help="trials of the wide job")
+    parser.add_argument("--driven", type=int, default=500, help="trials run to completion")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as scratch:
+        workdir = Path(scratch)
+        server = S3Server(log_dir=workdir)
+        server.start()
+        try:
+            storage = StorageSettings(
+                bucket="bench",
+                endpoint_url=server.endpoint_url,
+                path_style=True,
+                access_key_id=SecretStr(ACCESS_KEY),
+                secret_access_key=SecretStr(SECRET_KEY),
+            )
+            store = ObjectStore(storage)
+            store.ensure_bucket()
+            dataset = await asyncio.to_thread(publish_dataset, store, workdir / "bench-set", 100)
+            async with (
+                kube_api(crds=CRDS_DIR) as kube,
+                operator_process(kube, storage, workdir) as pid,
+            ):
+                kube.emulator._requests = RecentFirstLog(kube.emulator._requests)
+                # The small job first: the wide one leaves its many objects in the API server.
+                if args.driven:
+                    await driven(kube, dataset, args.driven, pid)
+                if args.trials:
+                    await creation_and_memory(kube, dataset, args.trials, pid)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

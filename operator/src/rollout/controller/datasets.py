@@ -1,0 +1,113 @@
+"""A job's datasets, from the bundle manifests in object storage, cached by digest.
+
+A RolloutJob names each dataset by the digest of its manifest (`datasets/<digest>.json`): the
+sha256 of the manifest's bytes. Because the key is the content's hash, a manifest read once is
+valid forever, so it is cached by digest for the life of the process (jobs sharing a dataset read
+it once); only successes are cached, so a manifest published after the job was created is found
+on the next attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from rollout.api.bundle import DatasetManifest
+from rollout.api.errors import InvalidInput
+from rollout.api.layout import dataset_manifest_key
+from rollout.api.resources import DatasetRef
+from rollout.api.task import TaskConfig
+from rollout.storage import ObjectNotFound, ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTask:
+    """A task of a published dataset, with its parsed task.toml."""
+
+    name: str
+    content_hash: str
+    config: TaskConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedDataset:
+    """A job's dataset: the name the job gives it (which names its results) and its tasks."""
+
+    name: str
+    digest: str
+    tasks: tuple[ResolvedTask, ...]
+
+
+class DatasetProblem(Exception):
+    """A dataset the job cannot use: its manifest is missing or not what its digest says.
+
+    Not transient (a `StorageError` is): the job cannot run until its spec or storage changes.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def parse_manifest(data: bytes, *, digest: str, where: str) -> tuple[ResolvedTask, ...]:
+    """The tasks of a manifest's bytes, checked against the digest that names them."""
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise DatasetProblem(f"{where} does not match its digest (its sha256 is {actual})")
+    try:
+        manifest = DatasetManifest.model_validate_json(data)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where_in = ".".join(str(p) for p in first["loc"])
+        raise DatasetProblem(
+            f"{where} is not a dataset manifest: {where_in}: {first['msg']}"
+        ) from None
+    tasks: list[ResolvedTask] = []
+    for task in manifest.tasks:
+        try:
+            config = task.task_config()
+        except InvalidInput as err:
+            raise DatasetProblem(f"{where}: task {task.name!r}: {err}") from None
+        tasks.append(ResolvedTask(task.name, task.content_hash, config))
+    if not tasks:
+        raise DatasetProblem(f"{where} lists no tasks")
+    return tuple(tasks)
+
+
+class DatasetResolver:
+    """Reads and caches dataset manifests; storage calls run in a thread, off the event loop."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[ResolvedTask, ...]] = {}
+
+    def cached(self, digest: str) -> tuple[ResolvedTask, ...] | None:
+        return self._cache.get(digest)
+
+    async def resolve(
+        self, refs: Sequence[DatasetRef], store: ObjectStore
+    ) -> list[ResolvedDataset]:
+        """Every dataset of a job, in the job's order.
+
+        Raises DatasetProblem naming the dataset (and its `spec.datasets[i]`) when its manifest
+        is missing or wrong, and StorageError when storage cannot be reached.
+        """
+        resolved: list[ResolvedDataset] = []
+        for index, ref in enumerate(refs):
+            tasks = self._cache.get(ref.digest)
+            if tasks is None:
+                key = dataset_manifest_key(store.settings.prefix, ref.digest)
+                where = f"spec.datasets[{index}] ({ref.name}): manifest {store.uri(key)}"
+                try:
+                    data = await asyncio.to_thread(store.get_bytes, key)
+                except ObjectNotFound:
+                    raise DatasetProblem(
+                        f"{where} does not exist; publish the dataset first (rollout publish)"
+                    ) from None
+                tasks = parse_manifest(data, digest=ref.digest, where=where)
+                self._cache[ref.digest] = tasks
+            resolved.append(ResolvedDataset(ref.name, ref.digest, tasks))
+        return resolved

@@ -1,0 +1,257 @@
+"""The in-memory index: what the operator knows of every RolloutTrial and trial Pod it watches.
+
+kopf keeps the index (`kopf.index` handlers in `handlers.py` return the values made here) and,
+crucially for crash safety, fills it from the initial listing of every watched resource before any
+other handler or daemon starts. A restarted operator therefore sees every trial that exists before
+it decides which trials to create, so it neither duplicates nor loses one.
+
+The values are small and plain (frozen dataclasses of strings and numbers), so that 100,000 trials
+fit in memory; a Pod keeps only what `podstatus.classify_pod` reads (its status, a few metadata
+fields and its containers' names, images and resources), not its spec with the inline shim.
+
+Keys:
+- trials by the uid of the RolloutJob that owns them (a job deleted and created again under the
+  same name never sees the old job's trials);
+- Pods by (namespace, trial name), from their owner reference to the RolloutTrial.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.api.errors import ErrorType
+from rollout.api.job import EnvironmentType
+from rollout.api.resources import LABEL_TRIAL, RolloutJob, RolloutTrial, TrialPhase
+from rollout.api.results import TrialOutcome
+from rollout.api.trials import child_name
+
+FINISHED_PHASES = frozenset({TrialPhase.SUCCEEDED, TrialPhase.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class TrialEntry:
+    """One RolloutTrial as the job's reconciler needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    agent: str
+    dataset: str
+    task: str
+    attempt: int
+    environment_type: str = EnvironmentType.KUBERNETES.value
+    preserve_env: bool = False
+    phase: TrialPhase | None = None
+    reward: float | None = None
+    error_type: ErrorType | None = None
+    cost: float | None = None
+    pod_name: str | None = None
+    infra_retries: int = 0
+    deleting: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """The trial ended (Succeeded or Failed): nothing more happens to it."""
+        return self.phase in FINISHED_PHASES
+
+    @property
+    def runs_in_pod(self) -> bool:
+        """Whether this operator runs the trial in a Pod (others belong to the bridge)."""
+        return self.environment_type == EnvironmentType.KUBERNETES.value
+
+    @property
+    def current_pod_name(self) -> str:
+        """The Pod that runs (or is to run) the trial's current attempt at it."""
+        return self.pod_name or pod_name_for(self.name, self.infra_retries)
+
+    def outcome(self) -> TrialOutcome:
+        """What the job's figures need of this trial (an unfinished trial counts only in total)."""
+        finished = self.finished
+        return TrialOutcome(
+            task_name=self.task,
+            dataset_name=self.dataset,
+            agent_name=self.agent,
+            attempt=self.attempt,
+            reward=self.reward if finished else None,
+            error_type=self.error_type if finished else None,
+            cost=self.cost,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodEntry:
+    """A trial Pod: its name and the parts of it that say how the trial fares."""
+
+    namespace: str
+    name: str
+    uid: str
+    trial: str
+    body: Mapping[str, Any]
+
+    @property
+    def deleting(self) -> bool:
+        return bool((self.body.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def pod_name_for(trial_name: str, retry: int) -> str:
+    """The Pod of a trial's attempt number `retry`: the trial's own name first (so that
+    `kubectl logs <trial>` works), then `<trial>-r<n>` after an infrastructure retry."""
+    if retry < 0:
+        raise ValueError(f"retry must be 0 or more, not {retry}")
+    return trial_name if retry == 0 else child_name(trial_name, f"r{retry}")
+
+
+# --- reading bodies (tolerant: the index must never fail on a garbled object) ---------------------
+
+
+def owner_uid(body: Mapping[str, Any], kind: str) -> str | None:
+    """The uid of the controlling owner of `kind` (or the first owner of that kind)."""
+    owners = [
+        ref
+        for ref in (body.get("metadata") or {}).get("ownerReferences") or []
+        if isinstance(ref, Mapping) and ref.get("kind") == kind and ref.get("uid")
+    ]
+    owners.sort(key=lambda ref: not ref.get("controller"))
+    return str(owners[0]["uid"]) if owners else None
+
+
+def owner_name(body: Mapping[str, Any], kind: str) -> str | None:
+    """The name of the controlling owner of `kind`, if any."""
+    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == kind and ref.get("name"):
+            return str(ref["name"])
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _phase(value: Any) -> TrialPhase | None:
+    try:
+        return TrialPhase(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_type(status: Mapping[str, Any]) -> ErrorType | None:
+    error = status.get("error")
+    if not isinstance(error, Mapping) or error.get("type") is None:
+        return None
+    try:
+        return ErrorType(error["type"])
+    except ValueError:
+        return ErrorType.INTERNAL_ERROR  # an error of a type we do not know is still an error
+
+
+def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
+    """The index value of a RolloutTrial object."""
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    agent = spec.get("agent") or {}
+    retries = status.get("infraRetries")
+    attempt = spec.get("attempt")
+    return TrialEntry(
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        agent=str(agent.get("name") or ""),
+        dataset=str(spec.get("datasetName") or ""),
+        task=str(spec.get("taskName") or ""),
+        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
+        environment_type=str(spec.get("environmentType") or EnvironmentType.KUBERNETES.value),
+        preserve_env=spec.get("preserveEnv") is True,
+        phase=_phase(status.get("phase")),
+        reward=_number(status.get("reward")),
+        error_type=_error_type(status),
+        cost=_number(status.get("cost")),
+        pod_name=str(status["podName"]) if status.get("podName") else None,
+        infra_retries=retries if isinstance(retries, int) and retries >= 0 else 0,
+        deleting=bool(metadata.get("deletionTimestamp")),
+    )
+
+
+def index_trial(body: Mapping[str, Any]) -> dict[str, TrialEntry] | None:
+    """`{job uid: entry}` for kopf's trials index; None (not indexed) without a RolloutJob owner."""
+    job = owner_uid(body, RolloutJob.resource.kind)
+    return {job: trial_entry(body)} if job else None
+
+
+_KEPT_CONTAINER_FIELDS = ("name", "image", "resources")
+_KEPT_METADATA_FIELDS = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
+
+
+def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Pod that `classify_pod` reads: no env, no shim script, no volumes."""
+    metadata = body.get("metadata") or {}
+    containers = (body.get("spec") or {}).get("containers") or []
+    return {
+        "metadata": {k: metadata[k] for k in _KEPT_METADATA_FIELDS if k in metadata},
+        "spec": {
+            "containers": [
+                {k: c[k] for k in _KEPT_CONTAINER_FIELDS if k in c}
+                for c in containers
+                if isinstance(c, Mapping)
+            ]
+        },
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def pod_trial_name(body: Mapping[str, Any]) -> str | None:
+    """The RolloutTrial a Pod belongs to: its owner, else its `rollout.dev/trial` label."""
+    owner = owner_name(body, RolloutTrial.resource.kind)
+    if owner:
+        return owner
+    label = ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_TRIAL)
+    return str(label) if label else None
+
+
+def index_pod(body: Mapping[str, Any]) -> dict[tuple[str, str], PodEntry] | None:
+    """`{(namespace, trial name): entry}` for kopf's Pods index; None for a Pod of no trial."""
+    metadata = body.get("metadata") or {}
+    trial = pod_trial_name(body)
+    namespace = metadata.get("namespace")
+    if not trial or not namespace:
+        return None
+    entry = PodEntry(
+        namespace=str(namespace),
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        trial=trial,
+        body=slim_pod(body),
+    )
+    return {(str(namespace), trial): entry}
+
+
+def find_pod(pods: Iterable[PodEntry], name: str) -> PodEntry | None:
+    """The Pod called `name` among a trial's Pods (an old, terminating one may be there too)."""
+    return next((pod for pod in pods if pod.name == name), None)
+
+
+def newer(a: str, b: str) -> bool:
+    """Whether resourceVersion `a` is newer than `b`.
+
+    resourceVersions are opaque to clients in principle; every API server in use (etcd's revision)
+    makes them increasing integers, which is what kopf's own consistency checks rely on too. When
+    either is not an integer, only equality is known, and `a` counts as newer when it differs.
+    """
+    if a.isdigit() and b.isdigit():
+        return int(a) > int(b)
+    return a != b

@@ -1,0 +1,202 @@
+"""The operator's writes to the Kubernetes API, each idempotent and with a timeout.
+
+kopf watches and indexes; the writes go through the official `kubernetes` client, which is
+synchronous, so every call runs in a thread pool of its own (never on the event loop), bounded so
+that a burst of trial creations cannot starve kopf's own executor.
+
+Idempotence is the point of each method: creating what exists (HTTP 409) hands back the existing
+object or says so, deleting what is gone (404) is done, patching the status of an object that is
+gone says so. A restarted operator can therefore repeat any step it may or may not have finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, cast
+
+import kubernetes.client
+import kubernetes.config
+from kubernetes.client.exceptions import ApiException
+
+from rollout.api.resources import GROUP, VERSION
+from rollout.controller.metrics import OperatorMetrics
+
+T = TypeVar("T")
+
+TRIALS = "rollouttrials"
+JOBS = "rolloutjobs"
+REQUEST_TIMEOUT_SEC = 30.0
+WORKERS = 16
+
+
+def default_api_client(workers: int = WORKERS) -> kubernetes.client.ApiClient:
+    """A client for the cluster the operator runs in, or for KUBECONFIG's outside one."""
+    configuration = kubernetes.client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = workers
+    return kubernetes.client.ApiClient(configuration)
+
+
+class KubeApi:
+    """Idempotent writes (and the few reads the reconcilers need) to the Kubernetes API."""
+
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        *,
+        metrics: OperatorMetrics,
+        timeout: float = REQUEST_TIMEOUT_SEC,
+        workers: int = WORKERS,
+    ) -> None:
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.timeout = timeout
+        self.metrics = metrics
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout-api")
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(fn, *args, _request_timeout=self.timeout, **kwargs)
+        return await loop.run_in_executor(self._executor, call)
+
+    def _count(self, resource: str, verb: str) -> None:
+        self.metrics.api_writes.labels(resource=resource, verb=verb).inc()
+
+    # --- RolloutTrials
+
+    async def create_trial(
+        self, namespace: str, body: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """Create a RolloutTrial; (the object, True) or, when it exists, (the existing, False)."""
+        self._count(TRIALS, "create")
+        try:
+            created = await self._call(
+                self.custom.create_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                TRIALS,
+                dict(body),
+            )
+            return cast(dict[str, Any], created), True
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        existing = await self.get_trial(namespace, str(body["metadata"]["name"]))
+        if existing is None:  # deleted in between: the next pass creates it again
+            raise RuntimeError(f"RolloutTrial {namespace}/{body['metadata']['name']} vanished")
+        return existing, False
+
+    async def get_trial(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = await self._call(
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, TRIALS, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], found)
+
+    async def patch_trial_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch a RolloutTrial's status; None when the trial is gone."""
+        self._count(TRIALS, "patch_status")
+        try:
+            patched = await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                TRIALS,
+                name,
+                {"status": dict(status)},
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], patched)
+
+    # --- Pods
+
+    async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> bool:
+        """Create a Pod; True when created, False when it existed already."""
+        self._count("pods", "create")
+        try:
+            response: Any = await self._call(
+                self.core.create_namespaced_pod, namespace, dict(body), _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        response.release_conn()
+        return True
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete a Pod; True when deleted now, False when it was gone already."""
+        self._count("pods", "delete")
+        try:
+            response: Any = await self._call(
+                self.core.delete_namespaced_pod, name, namespace, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        response.release_conn()
+        return True
+
+    # --- RolloutJobs
+
+    async def patch_job_status(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch a RolloutJob's status (`patch` is `{"status": {...}}`); None when gone."""
+        self._count(JOBS, "patch_status")
+        try:
+            patched = await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                JOBS,
+                name,
+                dict(patch),
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], patched)
+
+    async def delete_job(self, namespace: str, name: str) -> bool:
+        """Delete a RolloutJob (its trials and their Pods go with it, by owner references)."""
+        self._count(JOBS, "delete")
+        try:
+            await self._call(
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                JOBS,
+                name,
+                propagation_policy="Background",
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True

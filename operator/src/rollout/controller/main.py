@@ -1,0 +1,77 @@
+"""`rollout-operator`: the operator process.
+
+Reads its configuration from flags and ROLLOUT_* variables (`config.py`), configures logging,
+serves Prometheus metrics on the metrics port (/metrics) and kopf's liveness endpoint on the
+health port (/healthz), and runs kopf: cluster-wide or in the configured namespaces, with peering
+unless ROLLOUT_PEERING is empty. SIGTERM stops it gracefully (kopf handles the signal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+import kopf
+from prometheus_client import start_http_server
+
+from rollout.api.errors import InvalidInput
+from rollout.controller import handlers
+from rollout.controller.config import OperatorConfig, add_arguments, from_args
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def parse_config(argv: Sequence[str] | None = None) -> OperatorConfig:
+    parser = argparse.ArgumentParser(
+        prog="rollout-operator",
+        description="The Kubernetes operator that runs RolloutJobs (agent evaluations).",
+    )
+    add_arguments(parser)
+    return from_args(parser.parse_args(argv))
+
+
+def configure_logging(config: OperatorConfig) -> None:
+    level = getattr(logging, config.log_level.value.upper(), logging.INFO)
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    # kopf logs every handler call on every object at INFO ("Handler 'x' succeeded."): once per
+    # event of every trial and Pod. Those only when asked for debug; kopf's own news stays.
+    logging.getLogger("kopf").setLevel(level)
+    per_object = logging.NOTSET if level <= logging.DEBUG else max(level, logging.WARNING)
+    logging.getLogger("kopf.objects").setLevel(per_object)
+    logging.getLogger("aiohttp.access").setLevel(max(level, logging.WARNING))  # /healthz probes
+    logging.getLogger("botocore").setLevel(max(level, logging.WARNING))
+    logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
+
+
+async def operate(config: OperatorConfig) -> None:
+    """Run kopf with the operator's handlers until it is stopped."""
+    assert handlers.reconcile_job is not None  # importing `handlers` registered them
+    await kopf.operator(
+        clusterwide=config.clusterwide,
+        namespaces=config.namespaces,
+        standalone=not config.peering_name,
+        peering_name=config.peering_name,
+        liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",
+        memo=kopf.Memo(config=config),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse_config(argv)
+    except InvalidInput as err:
+        print("rollout-operator: invalid configuration:", file=sys.stderr)
+        for problem in err.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    configure_logging(config)
+    start_http_server(config.metrics_port)
+    asyncio.run(operate(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

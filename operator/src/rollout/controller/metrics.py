@@ -1,0 +1,121 @@
+"""The operator's Prometheus metrics (served by `main` on the metrics port, path /metrics).
+
+- `rollout_trials{phase}`: the trials of the jobs this operator reconciles, by phase (Pending
+  includes trials not created yet); `rollout_active_trials`: created and not finished.
+- `rollout_trials_finished_total{phase, error_type}`: trials this process saw end, by outcome.
+- `rollout_trial_phase_duration_seconds{phase}`: how long trial phases took, from the runner's
+  termination message (environment_setup, agent_setup, agent_execution, verifier, total).
+- `rollout_reconcile_duration_seconds`, `rollout_reconcile_errors_total{kind}`: the job
+  reconcilers' passes and the errors they met.
+- `rollout_api_writes_total{resource, verb}`: writes to the Kubernetes API, the figure the
+  operator keeps small per trial.
+
+Gauges are per job underneath (`JobGauges`), so a job that goes away takes its share with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from rollout.api.resources import TrialPhase
+
+PHASE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, float("inf"))
+RECONCILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
+DURATION_PHASES = {
+    "environment_setup_sec": "environment_setup",
+    "agent_setup_sec": "agent_setup",
+    "agent_execution_sec": "agent_execution",
+    "verifier_sec": "verifier",
+    "total_sec": "total",
+}
+
+
+class JobGauges(Collector):
+    """Trials by phase and active trials, summed over the jobs that report them."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, dict[str, int]] = {}
+
+    def report(self, job: str, by_phase: Mapping[str, int], active: int) -> None:
+        self._jobs[job] = {**by_phase, "_active": active}
+
+    def forget(self, job: str) -> None:
+        self._jobs.pop(job, None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        trials = GaugeMetricFamily(
+            "rollout_trials", "Trials of the reconciled jobs, by phase.", labels=["phase"]
+        )
+        for phase in TrialPhase:
+            trials.add_metric(
+                [phase.value], sum(j.get(phase.value, 0) for j in self._jobs.values())
+            )
+        yield trials
+        yield GaugeMetricFamily(
+            "rollout_active_trials",
+            "Trials created and not finished.",
+            value=sum(j.get("_active", 0) for j in self._jobs.values()),
+        )
+
+
+class OperatorMetrics:
+    """The metrics of one operator process (tests may give each its own registry)."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.jobs = JobGauges()
+        registry.register(self.jobs)
+        self.trials_finished = Counter(
+            "rollout_trials_finished_total",
+            "Trials that ended, by phase and error type ('' without an error).",
+            ["phase", "error_type"],
+            registry=registry,
+        )
+        self.phase_duration = Histogram(
+            "rollout_trial_phase_duration_seconds",
+            "Seconds a trial phase took, from the runner's termination message.",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
+        self.reconcile_duration = Histogram(
+            "rollout_reconcile_duration_seconds",
+            "Seconds one pass of a job's reconciler took.",
+            buckets=RECONCILE_BUCKETS,
+            registry=registry,
+        )
+        self.reconcile_errors = Counter(
+            "rollout_reconcile_errors_total",
+            "Errors met by job reconcilers, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.api_writes = Counter(
+            "rollout_api_writes_total",
+            "Writes to the Kubernetes API, by resource and verb.",
+            ["resource", "verb"],
+            registry=registry,
+        )
+
+    def trial_finished(
+        self, phase: str, error_type: str | None, durations: Mapping[str, float | None]
+    ) -> None:
+        self.trials_finished.labels(phase=phase, error_type=error_type or "").inc()
+        for key, label in DURATION_PHASES.items():
+            value = durations.get(key)
+            if value is not None:
+                self.phase_duration.labels(phase=label).observe(value)
+
+
+_default: OperatorMetrics | None = None
+
+
+def default_metrics() -> OperatorMetrics:
+    """The process's metrics in prometheus_client's default registry, made once."""
+    global _default
+    if _default is None:
+        _default = OperatorMetrics()
+    return _default

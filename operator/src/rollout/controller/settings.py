@@ -1,0 +1,77 @@
+"""kopf's settings for the operator, chosen in one place (called from the startup handler).
+
+- Our own domain for what kopf stores on RolloutJobs: the finalizer `rollout.dev/finalizer` (the
+  job's daemon needs it, so that kopf can stop the daemon before the job goes) and, should any
+  handler ever need them, progress and diff-base annotations under `rollout.dev/`, never
+  kopf.zalando.org. RolloutTrials and Pods get none of these: only indexes, `on.event` handlers
+  and the job's daemon touch them, and those store nothing on the objects.
+- Trial Pods are listed and watched by label selector (`rollout.dev/trial` present), sent to the
+  API server, so the operator never lists every Pod of the cluster; the Pod handlers' own
+  `labels=` filter is only client-side, which is why the selector is set here as well.
+- Events are posted for warnings and errors only (`posting.level`), not for every handler run.
+- Watches ask the server to end after `WATCH_SERVER_TIMEOUT_SEC` and give up on a silent stream
+  after `WATCH_CLIENT_TIMEOUT_SEC` (kopf resumes from the last resourceVersion either way), and
+  every other request has `REQUEST_TIMEOUT_SEC`. Values already set on the settings (a test's
+  faster ones) are kept.
+- kopf runs one worker per object, and a worker holds one of the `worker_limit` slots of its
+  resource's watch until it has been idle for `queueing.idle_timeout` (kopf's default: 5 s).
+  Trials and Pods are many, and their handlers only index and wake a job's reconciler, so a
+  worker is let go after `IDLE_WORKER_SEC`: with kopf's default, a watch could take on only
+  worker_limit / 5 new objects per second (10 per second with the chart's default of 50), and
+  its events (and so the index) would fall behind when thousands of trials start or go.
+- The worker limit and peering come from the operator's configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+
+from rollout.api.resources import GROUP, LABEL_TRIAL
+from rollout.controller.config import OperatorConfig
+
+FINALIZER = f"{GROUP}/finalizer"
+DIFFBASE_KEY = "last-handled-configuration"
+WATCH_SERVER_TIMEOUT_SEC = 270.0
+WATCH_CLIENT_TIMEOUT_SEC = 300.0
+WATCH_CONNECT_TIMEOUT_SEC = 30.0
+REQUEST_TIMEOUT_SEC = 60.0
+IDLE_WORKER_SEC = 0.5
+TRIAL_POD_SELECTOR = LABEL_TRIAL
+"""A label selector: Pods that have the `rollout.dev/trial` label, whatever its value."""
+
+
+def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """Set the operator's kopf settings (see the module docstring)."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key=DIFFBASE_KEY
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.label_selectors["v1", "pods"] = TRIAL_POD_SELECTOR
+
+    if settings.watching.server_timeout is None:
+        settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SEC
+    if settings.watching.client_timeout is None:
+        settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT_SEC
+    if settings.watching.connect_timeout is None:
+        settings.watching.connect_timeout = WATCH_CONNECT_TIMEOUT_SEC
+    if settings.networking.connect_timeout is None:
+        settings.networking.connect_timeout = WATCH_CONNECT_TIMEOUT_SEC
+    request_timeout = settings.networking.request_timeout
+    if request_timeout is None or request_timeout > REQUEST_TIMEOUT_SEC:
+        settings.networking.request_timeout = REQUEST_TIMEOUT_SEC
+
+    settings.queueing.worker_limit = config.worker_limit
+    settings.queueing.idle_timeout = min(settings.queueing.idle_timeout, IDLE_WORKER_SEC)
+
+    if config.peering_name:
+        settings.peering.name = config.peering_name
+        settings.peering.standalone = False
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = config.clusterwide_peering
+    else:
+        settings.peering.standalone = True
+        settings.peering.mandatory = False

@@ -1,0 +1,274 @@
+"""A RolloutJob's status, computed from the plan and the index. Pure.
+
+Counting follows the seed's definitions, implemented once in `rollout.api.results.summarize`:
+every trial of the plan counts in `total` (created or not), `completed` are trials with a reward,
+`failed` trials whose error kept the reward. `running` are trials whose runner runs, `finished`
+trials that ended whatever the outcome, and `pending` the rest (not created yet, or waiting for
+their Pod).
+
+Conditions keep their lastTransitionTime while their status holds (`set_condition`), so the same
+situation computes to the same status, and the reconciler patches only what changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from rollout.api.metrics import MetricType
+from rollout.api.resources import (
+    AgentStatus,
+    Condition,
+    ConditionStatus,
+    JobConditionReason,
+    JobConditionType,
+    JobPhase,
+    MetricStatus,
+    RolloutJobStatus,
+    TrialCounts,
+    TrialPhase,
+    find_condition,
+    set_condition,
+)
+from rollout.api.results import TrialOutcome, summarize
+from rollout.controller.index import TrialEntry
+from rollout.controller.planner import JobPlan
+
+
+def outcomes(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> list[TrialOutcome]:
+    """Every trial of the plan in order, as aggregation sees it (not created: no verdict yet)."""
+    listed: list[TrialOutcome] = []
+    for planned in plan.trials:
+        entry = trials.get(planned.name)
+        if entry is not None:
+            listed.append(entry.outcome())
+        else:
+            key = planned.key
+            listed.append(TrialOutcome(key.task, key.dataset, key.agent, key.attempt))
+    return listed
+
+
+def trial_counts(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> tuple[int, int]:
+    """(running, finished) among the plan's trials."""
+    running = finished = 0
+    for planned in plan.trials:
+        entry = trials.get(planned.name)
+        if entry is None:
+            continue
+        if entry.finished:
+            finished += 1
+        elif entry.phase == TrialPhase.RUNNING:
+            running += 1
+    return running, finished
+
+
+def job_status(
+    *,
+    plan: JobPlan,
+    trials: Mapping[str, TrialEntry],
+    previous: RolloutJobStatus,
+    generation: int | None,
+    suspended: bool,
+    metrics: Sequence[MetricType],
+    now: datetime,
+    result_uri: str | None = None,
+) -> RolloutJobStatus:
+    """The status of a valid job: its phase, counts, figures and conditions.
+
+    The job is Completed only once `result_uri` is known (its result.json is written): until
+    then a job whose trials have all finished is still Running.
+    """
+    total = len(plan)
+    running, finished = trial_counts(plan, trials)
+    summary = summarize(outcomes(plan, trials), metrics=metrics)
+    done = finished == total
+    if done and result_uri is not None:
+        phase = JobPhase.COMPLETED
+    elif suspended and not done:
+        phase = JobPhase.SUSPENDED
+    else:
+        phase = JobPhase.RUNNING
+
+    conditions = _without_failure(previous.conditions, now, generation)
+    conditions = set_condition(
+        conditions,
+        JobConditionType.VALID,
+        ConditionStatus.TRUE,
+        JobConditionReason.SPEC_VALID,
+        f"The spec is valid and its {total} trials are planned.",
+        now=now,
+        observed_generation=generation,
+    )
+    progress = f"{finished} of {total} trials finished, {running} running."
+    if phase == JobPhase.RUNNING:
+        running_condition = (ConditionStatus.TRUE, JobConditionReason.TRIALS_RUNNING)
+    elif phase == JobPhase.SUSPENDED:
+        running_condition = (ConditionStatus.FALSE, JobConditionReason.SUSPENDED_BY_SPEC)
+    else:
+        running_condition = (ConditionStatus.FALSE, JobConditionReason.ALL_TRIALS_FINISHED)
+    conditions = set_condition(
+        conditions, JobConditionType.RUNNING, *running_condition, progress, now=now,
+        observed_generation=generation,
+    )  # fmt: skip
+    if phase == JobPhase.SUSPENDED:
+        conditions = set_condition(
+            conditions,
+            JobConditionType.SUSPENDED,
+            ConditionStatus.TRUE,
+            JobConditionReason.SUSPENDED_BY_SPEC,
+            "spec.suspend is true: no new trial starts; started trials finish.",
+            now=now,
+            observed_generation=generation,
+        )
+    elif find_condition(conditions, JobConditionType.SUSPENDED) is not None:
+        conditions = set_condition(
+            conditions,
+            JobConditionType.SUSPENDED,
+            ConditionStatus.FALSE,
+            JobConditionReason.RESUMED,
+            "spec.suspend is false: trials start again." if not done else "The job finished.",
+            now=now,
+            observed_generation=generation,
+        )
+    if phase == JobPhase.COMPLETED:
+        conditions = set_condition(
+            conditions,
+            JobConditionType.COMPLETE,
+            ConditionStatus.TRUE,
+            JobConditionReason.ALL_TRIALS_FINISHED,
+            f"All {total} trials finished: {summary.completed_trials} completed, "
+            f"{summary.failed_trials} failed.",
+            now=now,
+            observed_generation=generation,
+        )
+
+    return RolloutJobStatus(
+        phase=phase,
+        observed_generation=generation,
+        counts=TrialCounts(
+            total=total,
+            pending=total - running - finished,
+            running=running,
+            finished=finished,
+            completed=summary.completed_trials,
+            failed=summary.failed_trials,
+        ),
+        pass_rate=summary.pass_rate,
+        mean_reward=summary.mean_reward,
+        total_cost=summary.total_cost,
+        metrics=[MetricStatus(type=m.type, value=m.value) for m in summary.metrics],
+        agents={
+            name: AgentStatus(
+                total=agent.total_trials,
+                completed=agent.completed_trials,
+                failed=agent.failed_trials,
+                pass_rate=agent.pass_rate,
+                mean_reward=agent.mean_reward,
+                total_cost=agent.total_cost,
+            )
+            for name, agent in summary.agents.items()
+        },
+        conditions=conditions,
+        started_at=previous.started_at or now.replace(microsecond=0),
+        ended_at=(previous.ended_at or now.replace(microsecond=0))
+        if phase == JobPhase.COMPLETED
+        else None,
+        result_uri=result_uri if phase == JobPhase.COMPLETED else None,
+    )
+
+
+def _without_failure(
+    conditions: Sequence[Condition], now: datetime, generation: int | None
+) -> list[Condition]:
+    """A job that failed before (an invalid spec since fixed) is no longer failed."""
+    if (failed := find_condition(conditions, JobConditionType.FAILED)) is None:
+        return list(conditions)
+    if failed.status != ConditionStatus.TRUE:
+        return list(conditions)
+    return set_condition(
+        conditions,
+        JobConditionType.FAILED,
+        ConditionStatus.FALSE,
+        JobConditionReason.SPEC_VALID,
+        "The spec is valid now.",
+        now=now,
+        observed_generation=generation,
+    )
+
+
+def invalid_status(
+    previous: RolloutJobStatus,
+    *,
+    reason: JobConditionReason,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> RolloutJobStatus:
+    """A job that cannot run: phase Failed, `Valid` and `Failed` conditions saying why."""
+    conditions = set_condition(
+        previous.conditions,
+        JobConditionType.VALID,
+        ConditionStatus.FALSE,
+        reason,
+        message,
+        now=now,
+        observed_generation=generation,
+    )
+    conditions = set_condition(
+        conditions,
+        JobConditionType.FAILED,
+        ConditionStatus.TRUE,
+        reason,
+        message,
+        now=now,
+        observed_generation=generation,
+    )
+    if find_condition(conditions, JobConditionType.RUNNING) is not None:
+        conditions = set_condition(
+            conditions,
+            JobConditionType.RUNNING,
+            ConditionStatus.FALSE,
+            reason,
+            "The job cannot run.",
+            now=now,
+            observed_generation=generation,
+        )
+    return previous.model_copy(
+        update={
+            "phase": JobPhase.FAILED,
+            "observed_generation": generation,
+            "conditions": conditions,
+            "ended_at": previous.ended_at or now.replace(microsecond=0),
+        }
+    )
+
+
+def storage_unavailable_status(
+    previous: RolloutJobStatus, *, message: str, generation: int | None, now: datetime
+) -> RolloutJobStatus:
+    """Storage cannot be reached: the job waits (and retries) rather than failing."""
+    conditions = set_condition(
+        previous.conditions,
+        JobConditionType.VALID,
+        ConditionStatus.UNKNOWN,
+        JobConditionReason.STORAGE_UNAVAILABLE,
+        message,
+        now=now,
+        observed_generation=generation,
+    )
+    return previous.model_copy(
+        update={
+            "phase": previous.phase or JobPhase.PENDING,
+            "observed_generation": generation,
+            "conditions": conditions,
+        }
+    )
+
+
+def status_patch(status: RolloutJobStatus) -> dict[str, object]:
+    """The status as a merge patch body: every field we own; a top-level field that no longer
+    applies (e.g. passRate before any reward) is null, which a merge patch removes. Nothing
+    below the top level is null: lists are replaced whole, and the schema allows no nulls."""
+    full = status.model_dump(mode="json", by_alias=True)
+    dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {"status": {key: dumped.get(key) for key in full}}

@@ -1,0 +1,454 @@
+"""RolloutTrials: the manifest of a new trial, and what to do about a trial given its Pod. Pure.
+
+`trial_manifest` fills a RolloutTrial's spec from the RolloutJob and the task's task.toml, so that
+neither the Pod renderer nor the runner ever reads the job: effective timeouts (task values after
+the job's overrides and multiplier), effective resources (the job's override_cpus/memory/storage
+over the task's), the image, users and working directory.
+
+`decide` is the trial's reconcile step: from the trial (as the index has it) and its Pod (or its
+absence) it returns one action. The job's reconciler applies the actions; being the only writer
+of a job's trials, it never races another handler over the same trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rollout.api.errors import ErrorType
+from rollout.api.quantity import normalize_cpus, normalize_memory
+from rollout.api.resources import (
+    API_VERSION,
+    Condition,
+    ConditionStatus,
+    RolloutJob,
+    RolloutTrial,
+    RolloutTrialSpec,
+    RolloutTrialStatus,
+    StorageSpec,
+    TrialConditionReason,
+    TrialConditionType,
+    TrialDurations,
+    TrialErrorStatus,
+    TrialPhase,
+    TrialResources,
+    TrialTimeouts,
+    TrialTimestamps,
+)
+from rollout.api.task import TaskConfig
+from rollout.api.timeouts import effective_timeouts
+from rollout.api.trials import trial_labels
+from rollout.controller.config import OperatorConfig
+from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
+from rollout.controller.planner import PlannedTrial
+from rollout.controller.podstatus import (
+    Failed,
+    Finished,
+    Lost,
+    PodVerdict,
+    Running,
+    Waiting,
+    classify_missing_pod,
+    classify_pod,
+    pod_phase_for_status,
+)
+
+UNBUILT_IMAGE = "unbuilt"
+"""spec.image of a trial whose image would have to be built (the field is required)."""
+
+BUILD_UNSUPPORTED = (
+    "In-cluster image builds are not supported yet: task {task!r} {why}. Set "
+    "environment.docker_image in the task's task.toml to a pre-built image{and_force}."
+)
+
+
+# --- a new trial ----------------------------------------------------------------------------------
+
+
+def image_build_message(task_name: str, task: TaskConfig, *, force_build: bool) -> str | None:
+    """The trial's environment_build_failed message when its image would need a build."""
+    if task.environment.docker_image and not force_build:
+        return None
+    if force_build:
+        why = "needs a build because the job sets environment.force_build"
+        and_force = ", and unset force_build in the job"
+    else:
+        why = "has no environment.docker_image, so its environment/Dockerfile would be built"
+        and_force = ""
+    return BUILD_UNSUPPORTED.format(task=task_name, why=why, and_force=and_force)
+
+
+def effective_resources(task: TaskConfig, job: RolloutJob) -> TrialResources:
+    """The task's cpus/memory/storage after the job's overrides, as canonical quantities."""
+    env = job.spec.environment
+
+    def override(value: int | str | None, canonical: Callable[[int | str], str], own: str) -> str:
+        return canonical(value) if value is not None else own
+
+    return TrialResources(
+        cpus=override(env.override_cpus, normalize_cpus, task.environment.cpus),
+        memory=override(env.override_memory, normalize_memory, task.environment.memory),
+        storage=override(env.override_storage, normalize_memory, task.environment.storage),
+        gpus=task.environment.gpus,
+    )
+
+
+def trial_spec(
+    job: RolloutJob, planned: PlannedTrial, *, storage: StorageSpec, runner_image: str
+) -> RolloutTrialSpec:
+    """A trial's spec: everything its Pod and its runner need, without reading the job."""
+    spec = job.spec
+    task = planned.task.config
+    timeouts = effective_timeouts(
+        task,
+        multiplier=spec.timeout_multiplier,
+        verifier_override_sec=spec.verifier.override_timeout_sec,
+        verifier_max_sec=spec.verifier.max_timeout_sec,
+    )
+    agent = next(a for a in spec.agents if a.name == planned.key.agent)
+    return RolloutTrialSpec(
+        job_name=job.job_name,
+        environment_type=spec.environment.type,
+        agent=agent,
+        dataset_name=planned.key.dataset,
+        task_name=planned.key.task,
+        attempt=planned.key.attempt,
+        task_content_hash=planned.task.content_hash,
+        image=task.environment.docker_image or UNBUILT_IMAGE,
+        resources=effective_resources(task, job),
+        timeouts=TrialTimeouts(
+            agent_install_sec=timeouts.agent_install_sec,
+            agent_sec=timeouts.agent_sec,
+            verifier_sec=timeouts.verifier_sec,
+            build_sec=timeouts.build_sec,
+        ),
+        instruction_path=spec.instruction_path,
+        verifier_disabled=spec.verifier.disable,
+        agent_user=task.agent.user,
+        verifier_user=task.verifier.user,
+        workdir=task.environment.workdir,
+        storage=storage,
+        runner_image=runner_image,
+        pod=spec.pod,
+        preserve_env=spec.environment.preserve_env,
+        log_level=spec.log_level,
+    )
+
+
+def trial_manifest(
+    job: RolloutJob,
+    planned: PlannedTrial,
+    *,
+    namespace: str,
+    job_uid: str,
+    storage: StorageSpec,
+    runner_image: str,
+) -> dict[str, Any]:
+    """The RolloutTrial to create: named, labelled and owned by its RolloutJob."""
+    job_name = job.metadata.name or job.job_name
+    spec = trial_spec(job, planned, storage=storage, runner_image=runner_image)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": RolloutTrial.resource.kind,
+        "metadata": {
+            "name": planned.name,
+            "namespace": namespace,
+            "labels": trial_labels(job_name, planned.key, planned.name),
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": RolloutJob.resource.kind,
+                    "name": job_name,
+                    "uid": job_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+# --- statuses -------------------------------------------------------------------------------------
+
+
+def _condition(
+    type_: TrialConditionType, status: ConditionStatus, reason: str, message: str, now: datetime
+) -> Condition:
+    return Condition(
+        type=type_.value,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=now.replace(microsecond=0),
+    )
+
+
+def _dump(status: RolloutTrialStatus) -> dict[str, Any]:
+    # Only what was set: a merge patch keeps the rest (e.g. infraRetries after a retry).
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+
+
+def running_status(pod_name: str, now: datetime) -> dict[str, Any]:
+    """The trial's status once its runner runs."""
+    return _dump(
+        RolloutTrialStatus(
+            phase=TrialPhase.RUNNING,
+            pod_name=pod_name,
+            conditions=[
+                _condition(
+                    TrialConditionType.POD_READY,
+                    ConditionStatus.TRUE,
+                    TrialConditionReason.POD_RUNNING,
+                    f"Pod {pod_name} runs the trial.",
+                    now,
+                )
+            ],
+        )
+    )
+
+
+_FAILURE_REASONS = {
+    ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED: TrialConditionReason.IMAGE_PULL_FAILED,
+    ErrorType.ENVIRONMENT_RESOURCE_ALLOCATION_FAILED: TrialConditionReason.UNSCHEDULABLE,
+}
+
+
+def failed_status(
+    error_type: ErrorType,
+    message: str,
+    now: datetime,
+    *,
+    pod_name: str | None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """A trial that failed without an outcome from its runner (the Pod or the operator says why)."""
+    why = reason or _FAILURE_REASONS.get(error_type, TrialConditionReason.TRIAL_ERROR)
+    return _dump(
+        RolloutTrialStatus(
+            phase=TrialPhase.FAILED,
+            error=TrialErrorStatus(type=error_type, message=message),
+            pod_name=pod_name,
+            conditions=[
+                _condition(
+                    TrialConditionType.FAILED,
+                    ConditionStatus.TRUE,
+                    why,
+                    f"{error_type}: {message}",
+                    now,
+                )
+            ],
+        )
+    )
+
+
+def finished_status(verdict: Finished, now: datetime, *, pod_name: str) -> dict[str, Any]:
+    """The trial's status from its runner's termination message."""
+    message = verdict.message
+    if message is None:
+        return failed_status(
+            ErrorType.INTERNAL_ERROR,
+            "The runner ended without a readable termination message.",
+            now,
+            pod_name=pod_name,
+        )
+    phase = pod_phase_for_status(verdict)
+    error = message.error
+    note = f" (uploads incomplete: {message.upload_error})" if message.upload_error else ""
+    if phase == TrialPhase.SUCCEEDED:
+        condition = _condition(
+            TrialConditionType.COMPLETE,
+            ConditionStatus.TRUE,
+            TrialConditionReason.RUNNER_FINISHED,
+            f"The trial finished with reward {message.reward}{note}.",
+            now,
+        )
+    else:
+        assert error is not None  # pod_phase_for_status fails a message only for its error
+        condition = _condition(
+            TrialConditionType.FAILED,
+            ConditionStatus.TRUE,
+            TrialConditionReason.TRIAL_ERROR,
+            f"{error.type}: {error.message}{note}",
+            now,
+        )
+    return _dump(
+        RolloutTrialStatus(
+            phase=phase,
+            reward=message.reward,
+            error=TrialErrorStatus(type=error.type, message=error.message) if error else None,
+            durations=TrialDurations.model_validate(message.durations.model_dump())
+            if message.durations
+            else None,
+            timestamps=TrialTimestamps.model_validate(message.timestamps.model_dump())
+            if message.timestamps
+            else None,
+            result_uri=message.result_uri,
+            pod_name=pod_name,
+            conditions=[condition],
+        )
+    )
+
+
+def retry_status(retries: int, new_pod: str, reason: str, now: datetime) -> dict[str, Any]:
+    """Back to Pending in a new Pod after the old one was lost."""
+    return _dump(
+        RolloutTrialStatus(
+            phase=TrialPhase.PENDING,
+            pod_name=new_pod,
+            infra_retries=retries,
+            conditions=[
+                _condition(
+                    TrialConditionType.POD_READY,
+                    ConditionStatus.FALSE,
+                    TrialConditionReason.POD_LOST,
+                    f"{reason} Retry {retries} runs in Pod {new_pod}.",
+                    now,
+                )
+            ],
+        )
+    )
+
+
+# --- what to do about a trial ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """Nothing to do now (the Pod is on its way, or the trial is done)."""
+
+    waiting: bool = False
+    """True while the Pod waits in a way a grace period may end (recheck later)."""
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    """The trial has no Pod yet: create it (an existing one is accepted)."""
+
+    pod_name: str
+    retry: int
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    """The trial is over; its Pod goes (unless preserveEnv)."""
+
+    pod_name: str
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """Write the trial's status; a final one may also remove the Pod."""
+
+    status: dict[str, Any]
+    delete_pod: str | None = None
+    final: bool = False
+    durations: Mapping[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RetryPod:
+    """The Pod was lost: record the retry, remove what is left of the old Pod, start a new one."""
+
+    status: dict[str, Any]
+    old_pod: str | None
+    new_pod: str
+    retry: int
+
+
+TrialAction = Nothing | CreatePod | DeletePod | PatchStatus | RetryPod
+
+
+def decide(
+    trial: TrialEntry,
+    pod: PodEntry | None,
+    *,
+    now: datetime,
+    config: OperatorConfig,
+    max_infra_retries: int,
+    pod_requested: bool = False,
+    pod_deleted: bool = False,
+) -> TrialAction:
+    """The next step for one trial of the job.
+
+    `pod` is the Pod of the trial's current attempt, None when the index has none. It may be
+    missing because it was just created (`pod_requested`: its watch event is on its way), never
+    created (the operator stopped in between: create it), or deleted (`pod_deleted`, or the trial
+    already ran in it: the Pod was lost).
+    """
+    if not trial.runs_in_pod or trial.deleting:
+        return Nothing()
+    if trial.finished:
+        if pod is not None and not trial.preserve_env and not pod.deleting:
+            return DeletePod(pod.name)
+        return Nothing()
+    if pod is None:
+        if pod_requested:
+            return Nothing()
+        if trial.phase != TrialPhase.RUNNING and not pod_deleted:
+            return CreatePod(trial.current_pod_name, trial.infra_retries)
+        verdict: PodVerdict = classify_missing_pod()
+    else:
+        verdict = classify_pod(pod.body, now=now, config=config)
+    return act(trial, pod, verdict, now=now, max_infra_retries=max_infra_retries)
+
+
+def act(
+    trial: TrialEntry,
+    pod: PodEntry | None,
+    verdict: PodVerdict,
+    *,
+    now: datetime,
+    max_infra_retries: int,
+) -> TrialAction:
+    """The action for a verdict on the trial's Pod."""
+    pod_name = pod.name if pod is not None else trial.current_pod_name
+    removable = pod is not None and not pod.deleting
+    cleanup = pod_name if removable and not trial.preserve_env else None
+    match verdict:
+        case Waiting():
+            return Nothing(waiting=True)
+        case Running():
+            if trial.phase == TrialPhase.RUNNING:
+                return Nothing()
+            return PatchStatus(running_status(pod_name, now))
+        case Finished():
+            durations = verdict.message.durations if verdict.message else None
+            return PatchStatus(
+                finished_status(verdict, now, pod_name=pod_name),
+                delete_pod=cleanup,
+                final=True,
+                durations=durations.model_dump() if durations else {},
+            )
+        case Failed(error_type=error_type, message=message):
+            return PatchStatus(
+                failed_status(error_type, message, now, pod_name=pod_name),
+                delete_pod=cleanup,
+                final=True,
+            )
+        case Lost(reason=reason):
+            if trial.infra_retries < max_infra_retries:
+                retry = trial.infra_retries + 1
+                new_pod = pod_name_for(trial.name, retry)
+                return RetryPod(
+                    retry_status(retry, new_pod, reason, now),
+                    old_pod=pod_name if removable else None,
+                    new_pod=new_pod,
+                    retry=retry,
+                )
+            tries = trial.infra_retries + 1
+            return PatchStatus(
+                failed_status(
+                    ErrorType.INTERNAL_ERROR,
+                    f"{reason} The trial's Pod was lost {tries} times, more than the job's "
+                    f"maxInfraRetries ({max_infra_retries}) allows.",
+                    now,
+                    pod_name=pod_name,
+                    reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
+                ),
+                delete_pod=pod_name if removable else None,
+                final=True,
+            )
+    raise AssertionError(f"unknown verdict {verdict!r}")  # pragma: no cover

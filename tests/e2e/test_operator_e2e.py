@@ -1,0 +1,241 @@
+"""The operator end to end on a real cluster, as a user would check it: the CRDs from crds/
+installed, `rollout-operator` running (here as a local process with KUBECONFIG), a RolloutJob of
+the oracle agent on the offline example task applied, and the trial and the job's files checked.
+
+Settings, from the environment:
+
+- KUBECONFIG (required; skipped without it), ROLLOUT_E2E_CONTEXT (optional);
+- ROLLOUT_RUNNER_IMAGE (required): the runner image the trial Pod runs;
+- ROLLOUT_E2E_TASK_IMAGE: the task's image (default: the example's debian:bookworm-slim);
+- ROLLOUT_STORAGE_BUCKET (required), ROLLOUT_STORAGE_ENDPOINT, ROLLOUT_STORAGE_PREFIX,
+  ROLLOUT_STORAGE_REGION, ROLLOUT_STORAGE_PATH_STYLE, and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY:
+  how this machine (and the operator process) reaches storage; ROLLOUT_STORAGE_CLUSTER_ENDPOINT:
+  how Pods reach it when that differs (the quickstart's MinIO). The credentials are put in a
+  Secret of the test's namespace for the trial Pod;
+- ROLLOUT_E2E_TIMEOUT: seconds the job may take (default 600).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kubernetes.client
+import kubernetes.config
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from paths import REPO
+from rollout.api.bundle import build_manifest, canonical_json, manifest_digest, task_archive
+from rollout.api.dataset import load_local_dataset
+from rollout.api.layout import dataset_manifest_key, job_result_key, task_archive_key, trial_prefix
+from rollout.storage import ObjectStore, StorageSettings
+
+pytestmark = pytest.mark.e2e
+
+T = TypeVar("T")
+TASK = REPO / "examples" / "tasks" / "hello-offline"
+CRDS = REPO / "crds"
+GROUP, VERSION = "rollout.dev", "v1alpha1"
+SECRET = "rollout-e2e-storage"
+
+
+def wait_until(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
+    """Poll `check` until it returns something, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(1.0)  # polling interval of a real cluster, not a synchronisation sleep
+
+
+@pytest.fixture
+def api() -> kubernetes.client.ApiClient:
+    for name in ("ROLLOUT_RUNNER_IMAGE", "ROLLOUT_STORAGE_BUCKET"):
+        if not os.environ.get(name):
+            pytest.skip(f"{name} is not set: the operator's e2e test needs it")
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+        context=os.environ.get("ROLLOUT_E2E_CONTEXT"), client_configuration=configuration
+    )
+    return kubernetes.client.ApiClient(configuration)
+
+
+def install_crds(api: kubernetes.client.ApiClient) -> None:
+    extensions: Any = kubernetes.client.ApiextensionsV1Api(api)  # plain dicts in, models out
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        try:
+            extensions.create_custom_resource_definition(crd)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            current = extensions.read_custom_resource_definition(crd["metadata"]["name"])
+            crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+            extensions.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+
+        def established(name: str = crd["metadata"]["name"]) -> bool:
+            conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+        wait_until(established, timeout=60, what=f"CRD {crd['metadata']['name']} established")
+
+
+@pytest.fixture
+def namespace(api: kubernetes.client.ApiClient) -> Iterator[str]:
+    install_crds(api)
+    core: Any = kubernetes.client.CoreV1Api(api)
+    name = f"rollout-e2e-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+def publish_task(tmp_path: Path, store: ObjectStore) -> dict[str, str]:
+    """The example task (with the configured image) published to storage as a dataset."""
+    root = tmp_path / "e2e-tasks"
+    task = root / "hello-offline"
+    shutil.copytree(TASK, task)
+    if image := os.environ.get("ROLLOUT_E2E_TASK_IMAGE"):
+        toml = task / "task.toml"
+        toml.write_text(toml.read_text().replace('"debian:bookworm-slim"', json.dumps(image)))
+    manifest = build_manifest(load_local_dataset(root))
+    prefix = store.settings.prefix
+    for entry in manifest.tasks:
+        store.put_bytes(task_archive_key(prefix, entry.content_hash), task_archive(task))
+    digest = manifest_digest(manifest)
+    store.put_bytes(dataset_manifest_key(prefix, digest), canonical_json(manifest))
+    return {"name": manifest.name, "digest": digest}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_operator_runs_an_oracle_job_on_a_real_cluster(
+    api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    settings = StorageSettings.from_env()
+    store = ObjectStore(settings)
+    dataset = publish_task(tmp_path, store)
+    core: Any = kubernetes.client.CoreV1Api(api)
+    custom: Any = kubernetes.client.CustomObjectsApi(api)
+    storage: dict[str, Any] = {
+        "bucket": settings.bucket,
+        "prefix": settings.prefix,
+        "region": settings.region,
+        "pathStyle": settings.path_style,
+    }
+    if endpoint := os.environ.get("ROLLOUT_STORAGE_CLUSTER_ENDPOINT") or settings.endpoint_url:
+        storage["endpoint"] = endpoint
+    if settings.access_key_id and settings.secret_access_key:
+        core.create_namespaced_secret(
+            namespace,
+            {
+                "metadata": {"name": SECRET},
+                "stringData": {
+                    "AWS_ACCESS_KEY_ID": settings.access_key_id.get_secret_value(),
+                    "AWS_SECRET_ACCESS_KEY": settings.secret_access_key.get_secret_value(),
+                },
+            },
+        )
+        storage["credentialsSecret"] = SECRET
+
+    log_path = tmp_path / "operator.log"
+    env = {
+        **os.environ,
+        "ROLLOUT_NAMESPACES": namespace,
+        "ROLLOUT_PEERING": "",
+        "ROLLOUT_METRICS_PORT": str(free_port()),
+        "ROLLOUT_HEALTH_PORT": str(free_port()),
+        "ROLLOUT_STATUS_INTERVAL_SEC": "1",
+    }
+    job_name = f"e2e-{uuid.uuid4().hex[:8]}"
+    timeout = float(os.environ.get("ROLLOUT_E2E_TIMEOUT", "600"))
+    with log_path.open("ab") as log:
+        operator = subprocess.Popen(
+            [shutil.which("rollout-operator") or "rollout-operator"],
+            env=env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "rolloutjobs",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "RolloutJob",
+                "metadata": {"name": job_name},
+                "spec": {
+                    "agents": [{"name": "oracle"}],
+                    "datasets": [dataset],
+                    "nConcurrentTrials": 1,
+                    "metrics": [{"type": "mean"}],
+                    "storage": storage,
+                    "runnerImage": os.environ["ROLLOUT_RUNNER_IMAGE"],
+                },
+            },
+        )
+
+        def finished() -> dict[str, Any] | None:
+            assert operator.poll() is None, "the operator exited:\n" + log_path.read_text()
+            job: dict[str, Any] = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "rolloutjobs", job_name
+            )
+            phase = (job.get("status") or {}).get("phase")
+            assert phase != "Failed", json.dumps(job.get("status"), indent=2)
+            return job if phase == "Completed" else None
+
+        try:
+            job = wait_until(finished, timeout=timeout, what=f"RolloutJob {job_name} completed")
+        except (TimeoutError, AssertionError):
+            print(log_path.read_text())
+            raise
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+
+    status = job["status"]
+    assert status["counts"]["total"] == status["counts"]["completed"] == 1
+    assert status["passRate"] == 1.0
+    trials = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rollouttrials")
+    (trial,) = trials["items"]
+    assert trial["status"]["phase"] == "Succeeded"
+    assert trial["status"]["reward"] == 1.0
+    assert trial["status"].get("error") is None
+    result_key = job_result_key(settings.prefix, job_name)
+    assert status["resultUri"] == store.uri(result_key)
+    job_result = json.loads(store.get_bytes(result_key))
+    assert (job_result["total_trials"], job_result["pass_rate"]) == (1, 1.0)
+    trial_dir = trial_prefix(
+        settings.prefix, job_name, "oracle", dataset["name"], "hello-offline", 1
+    )
+    trial_result = json.loads(store.get_bytes(trial_dir + "result.json"))
+    assert (trial_result["reward"], trial_result["error"]) == (1.0, None)
+    assert store.exists(trial_dir + "logs/verifier/reward.txt")
+    # The trial's Pod is gone once the trial ended (preserveEnv is off).
+    pods = core.list_namespaced_pod(namespace, label_selector="rollout.dev/trial")
+    assert [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp] == []

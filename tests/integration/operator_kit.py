@@ -1,0 +1,239 @@
+"""Helpers for the operator's integration tests and its benchmark: small tasks published to S3,
+RolloutJob manifests, the operator's configuration and memo, and the runner's termination
+message as a kubelet would report it.
+
+Importing this module registers the operator's kopf handlers in kopf's default registry, so
+`kube.operator(registry=None, ...)` runs the real operator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import kopf
+import kubernetes.client
+from prometheus_client import CollectorRegistry
+
+import rollout.controller.handlers  # noqa: F401 - registers the operator's handlers
+from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Kube
+from rollout.api.bundle import build_manifest, canonical_json, manifest_digest
+from rollout.api.dataset import load_local_dataset
+from rollout.api.layout import dataset_manifest_key
+from rollout.api.trials import enumerate_trials, trial_resource_name
+from rollout.controller.config import OperatorConfig
+from rollout.controller.metrics import OperatorMetrics
+from rollout.storage import ObjectStore, StorageSettings
+
+GROUP = "rollout.dev"
+VERSION = "v1alpha1"
+NS = "default"
+RUNNER_IMAGE = "registry.example/rollout-runner:test"
+TASK_IMAGE = "registry.example/task-env:1"
+AGENTS = [
+    {"name": "oracle"},
+    {"name": "claude", "execute": 'claude -p "$(cat $ROLLOUT_TASK_INSTRUCTION)"'},
+]
+TASKS = ["task-a", "task-b", "task-c"]
+DATASET = "hello-set"
+
+
+def make_task(root: Path, name: str, *, image: str | None = TASK_IMAGE, toml: str = "") -> Path:
+    """A minimal valid task directory under `root`."""
+    task = root / name
+    (task / "tests").mkdir(parents=True)
+    (task / "environment").mkdir()
+    (task / "instruction.md").write_text(f"Do {name}.\n")
+    (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+    (task / "environment" / "Dockerfile").write_text("FROM busybox\n")
+    image_line = f'docker_image = "{image}"\n' if image else ""
+    (task / "task.toml").write_text(
+        f'version = "1.0"\n[agent]\ntimeout_sec = 120\n[environment]\n{image_line}{toml}'
+    )
+    return task
+
+
+def make_dataset(root: Path, tasks: Sequence[str], **task_options: Any) -> Path:
+    root.mkdir(parents=True)
+    for name in tasks:
+        make_task(root, name, **task_options)
+    return root
+
+
+def publish(store: ObjectStore, dataset_dir: Path) -> dict[str, str]:
+    """Publish a dataset's manifest (the operator reads nothing else); its spec.datasets entry."""
+    manifest = build_manifest(load_local_dataset(dataset_dir))
+    digest = manifest_digest(manifest)
+    store.put_bytes(
+        dataset_manifest_key(store.settings.prefix, digest),
+        canonical_json(manifest),
+        "application/json",
+    )
+    return {"name": manifest.name, "digest": digest}
+
+
+def operator_config(storage: StorageSettings | None, **overrides: Any) -> OperatorConfig:
+    """The operator's configuration for tests: standalone, fast status updates and graces."""
+    values: dict[str, Any] = {
+        "namespaces": [NS],
+        "runner_image": RUNNER_IMAGE,
+        "storage": storage,
+        "peering_name": None,
+        "status_interval_sec": 0.2,
+        "unschedulable_grace_sec": 0.3,
+        "image_pull_grace_sec": 0.3,
+        "worker_limit": 20,
+    }
+    values.update(overrides)
+    return OperatorConfig(**values)
+
+
+def operator_memo(url: str, config: OperatorConfig) -> kopf.Memo:
+    """The memo the operator starts with: its config, an API client for the loopback server and
+    metrics in a registry of their own (several operators run in one test process)."""
+    configuration = kubernetes.client.Configuration()
+    configuration.host = url
+    configuration.connection_pool_maxsize = 16
+    return kopf.Memo(
+        config=config,
+        api_client=kubernetes.client.ApiClient(configuration),
+        metrics=OperatorMetrics(CollectorRegistry()),
+    )
+
+
+def job_manifest(
+    name: str,
+    datasets: Sequence[Mapping[str, str]],
+    *,
+    agents: Sequence[Mapping[str, Any]] = ({"name": "oracle"},),
+    n_attempts: int = 1,
+    n_concurrent: int = 4,
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RolloutJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "agents": [dict(a) for a in agents],
+            "datasets": [dict(d) for d in datasets],
+            "nAttempts": n_attempts,
+            "nConcurrentTrials": n_concurrent,
+            **spec,
+        },
+    }
+
+
+def runner_message(
+    reward: float | None,
+    *,
+    error: tuple[str, str] | None = None,
+    result_uri: str | None = None,
+    total_sec: float = 12.5,
+) -> str:
+    """A runner's termination message (rollout_runner.termination's fields)."""
+    return json.dumps(
+        {
+            "reward": reward,
+            "error": {"type": error[0], "message": error[1]} if error else None,
+            "durations": {
+                "total_sec": total_sec,
+                "environment_setup_sec": 2.0,
+                "agent_setup_sec": 0.5,
+                "agent_execution_sec": 8.0,
+                "verifier_sec": None if error else 2.0,
+            },
+            "timestamps": {
+                "started_at": "2025-01-15T10:30:00Z",
+                "ended_at": "2025-01-15T10:30:12Z",
+            },
+            "result_uri": result_uri,
+            "upload_error": None,
+        },
+        separators=(",", ":"),
+    )
+
+
+def outcome(pod: dict[str, Any]) -> str:
+    """What each trial's runner reports: oracle passes; claude gets 0.5 on task-a, 0 on task-b,
+    fails its first attempt at task-c and passes the second."""
+    labels = pod["metadata"]["labels"]
+    agent, task = labels["rollout.dev/agent"], labels["rollout.dev/task"]
+    spec = json.loads(
+        next(e["value"] for c in pod["spec"]["containers"] for e in c.get("env", [])
+             if e["name"] == "ROLLOUT_TRIAL_SPEC")
+    )  # fmt: skip
+    attempt = spec["attempt"]
+    if agent == "oracle":
+        return runner_message(1.0)
+    if task == "task-a":
+        return runner_message(0.5)
+    if task == "task-b":
+        return runner_message(0.0)
+    if attempt == 1:
+        return runner_message(None, error=("agent_execution_failed", "exit code 2"))
+    return runner_message(1.0)
+
+
+async def play_kubelet(
+    kube: Kube,
+    done: Callable[[], Awaitable[Any]],
+    message_for: Callable[[dict[str, Any]], str] = outcome,
+    *,
+    wait_running: bool = False,
+) -> set[str]:
+    """Run and finish every trial Pod that appears, as the kubelet and the runner would, until
+    `done()`; returns the names of the Pods it finished. With `wait_running`, a Pod finishes
+    only once its trial says Running (so that the operator sees every phase)."""
+    started: set[str] = set()
+    finished: set[str] = set()
+
+    async def trial_running(pod: dict[str, Any]) -> bool:
+        trial = await kube.find(ROLLOUT_TRIALS, pod["metadata"]["labels"]["rollout.dev/trial"])
+        return trial is not None and trial.get("status", {}).get("phase") == "Running"
+
+    async def step() -> Any:
+        for pod in await kube.list(PODS, NS, labels="rollout.dev/trial"):
+            name = pod["metadata"]["name"]
+            if name in finished or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if name not in started:
+                await kube.run_pod(name)
+                started.add(name)
+            if wait_running and not await trial_running(pod):
+                continue
+            await kube.finish_pod(name, messages={"runner": message_for(pod)})
+            finished.add(name)
+        return await done()
+
+    await kube.wait_for(step, timeout=30, what="the job to finish")
+    return finished
+
+
+async def job_phase(kube: Kube, name: str, phase: str) -> dict[str, Any] | None:
+    job = await kube.find(ROLLOUT_JOBS, name)
+    return job if job and job.get("status", {}).get("phase") == phase else None
+
+
+def expected_names(job: str) -> list[str]:
+    """The trials of a job of AGENTS x TASKS (dataset DATASET) x 2 attempts, in order."""
+    keys = enumerate_trials([a["name"] for a in AGENTS], [(DATASET, TASKS)], 2)
+    return [trial_resource_name(job, k.agent, k.dataset, k.task, k.attempt) for k in keys]
+
+
+def most_unfinished(calls: list[ApiCall]) -> int:
+    """The most trials that were created and not yet finished at any point of the request log."""
+    unfinished = peak = 0
+    for call in calls:
+        if call.resource != ROLLOUT_TRIALS:
+            continue
+        if call.method == "POST":
+            unfinished += 1
+        elif call.method == "PATCH" and call.subresource == "status":
+            phase = (call.body or {}).get("status", {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                unfinished -= 1
+        peak = max(peak, unfinished)
+    return peak

@@ -1,0 +1,210 @@
+"""The real operator against the loopback Kubernetes API and a real S3 endpoint (moto).
+
+A job of 2 agents x 3 tasks x 2 attempts with nConcurrentTrials 3: trials in the seed's order,
+never more than 3 unfinished, Pods finished by the test (as the kubelet would) flowing into the
+trials' status and the job's counters and figures, result.json in storage; API writes per trial
+and job status patches counted from the request log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_kit import (
+    AGENTS,
+    DATASET,
+    NS,
+    TASK_IMAGE,
+    TASKS,
+    expected_names,
+    job_manifest,
+    job_phase,
+    make_dataset,
+    most_unfinished,
+    operator_config,
+    operator_memo,
+    play_kubelet,
+    publish,
+)
+
+from kube import CRDS_DIR, EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api
+from rollout.api.layout import job_config_key, job_result_key
+from rollout.api.results import JobResult
+from rollout.api.trials import enumerate_trials, trial_resource_name
+from rollout.storage import ObjectStore, StorageSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with kube_api(crds=CRDS_DIR) as kube:
+        yield kube
+
+
+@pytest.fixture
+def store(s3_settings: StorageSettings) -> ObjectStore:
+    return ObjectStore(s3_settings)
+
+
+@pytest.fixture
+def dataset(tmp_path: Path, store: ObjectStore) -> dict[str, Any]:
+    root = make_dataset(tmp_path / DATASET, TASKS)
+    return {**publish(store, root), "source": {"path": str(root)}}
+
+
+async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports(
+    kube: Kube, store: ObjectStore, dataset: dict[str, Any], s3_settings: StorageSettings
+) -> None:
+    config = operator_config(s3_settings)
+    job = job_manifest(
+        "eval", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3, metrics=[{"type": "mean"}]
+    )
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        created = await kube.create(ROLLOUT_JOBS, job)
+        finished_pods = await play_kubelet(kube, lambda: job_phase(kube, "eval", "Completed"))
+
+    calls = kube.calls()
+    # Trials were created in the seed's order, each once, never more than 3 unfinished.
+    posted = [c.name for c in calls if c.method == "POST" and c.resource == ROLLOUT_TRIALS]
+    assert posted == expected_names("eval")
+    assert most_unfinished(calls) == 3
+    trials = await kube.list(ROLLOUT_TRIALS, NS)
+    assert len(trials) == 12
+    for trial in trials:
+        owner = trial["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["name"], o["uid"], o["controller"]) for o in owner] == [
+            ("RolloutJob", "eval", created["metadata"]["uid"], True)
+        ]
+        assert trial["metadata"]["labels"]["rollout.dev/job"] == "eval"
+        assert trial["spec"]["image"] == TASK_IMAGE
+        assert trial["spec"]["timeouts"]["agentSec"] == 120
+    # One Pod per trial, named after it, and removed when the trial ended.
+    assert finished_pods == set(expected_names("eval"))
+    assert await kube.list(PODS, NS, labels="rollout.dev/trial") == []
+
+    by_name = {t["metadata"]["name"]: t for t in trials}
+    failed = by_name[trial_resource_name("eval", "claude", "hello-set", "task-c", 1)]["status"]
+    assert failed["phase"] == "Failed"
+    assert failed["error"] == {"type": "agent_execution_failed", "message": "exit code 2"}
+    assert failed["durations"]["agentExecutionSec"] == 8.0
+    passed = by_name[trial_resource_name("eval", "oracle", "hello-set", "task-b", 2)]["status"]
+    assert passed["phase"] == "Succeeded"
+    assert passed["reward"] == 1.0
+    assert passed["podName"] == trial_resource_name("eval", "oracle", "hello-set", "task-b", 2)
+    assert passed["timestamps"]["startedAt"] == "2025-01-15T10:30:00Z"
+
+    status = (await kube.get(ROLLOUT_JOBS, "eval"))["status"]
+    assert status["counts"] == {
+        "total": 12, "pending": 0, "running": 0, "finished": 12, "completed": 11, "failed": 1
+    }  # fmt: skip
+    assert status["passRate"] == pytest.approx(7 / 11)
+    assert status["meanReward"] == pytest.approx(8 / 11)
+    assert status["metrics"] == [{"type": "mean", "value": pytest.approx(8 / 11)}]
+    assert status["agents"]["oracle"]["passRate"] == 1.0
+    assert status["agents"]["claude"]["failed"] == 1
+    assert status["observedGeneration"] == 1
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Complete"]["status"] == "True"
+    assert conditions["Valid"]["status"] == "True"
+    assert status["resultUri"] == store.uri(job_result_key("", "eval"))
+
+    result = JobResult.from_json(store.get_bytes(job_result_key("", "eval")))
+    assert (result.total_trials, result.completed_trials, result.failed_trials) == (12, 11, 1)
+    assert result.pass_rate == pytest.approx(7 / 11)
+    assert result.agents["claude"].mean_reward == pytest.approx(2 / 5)
+    assert [(r.agent_name, r.task_name, r.attempt) for r in result.results] == [
+        (k.agent, k.task, k.attempt)
+        for k in enumerate_trials(["oracle", "claude"], [("hello-set", TASKS)], 2)
+    ]
+    assert result.metrics is not None
+    assert result.metrics[0].value == pytest.approx(8 / 11)
+    config_json = json.loads(store.get_bytes(job_config_key("", "eval")))
+    assert config_json["name"] == "eval"
+    assert config_json["n_attempts"] == 2
+    assert config_json["n_concurrent_trials"] == 3
+    assert [a["name"] for a in config_json["agents"]] == ["oracle", "claude"]
+    assert config_json["datasets"] == [dataset["source"]]
+
+
+async def test_api_writes_per_trial_stay_small_and_job_status_patches_are_batched(
+    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+) -> None:
+    config = operator_config(s3_settings, status_interval_sec=1.0)
+    job = job_manifest("lean", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=12)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.create(ROLLOUT_JOBS, job)
+        await play_kubelet(kube, lambda: job_phase(kube, "lean", "Completed"), wait_running=True)
+        await kube.settle(quiet=0.5)
+
+    writes = kube.writes()
+    for name in expected_names("lean"):
+        mine = [
+            (w.method, w.resource, w.subresource)
+            for w in writes
+            if w.name in (name,) and w.resource in (ROLLOUT_TRIALS, PODS)
+        ]
+        assert mine == [
+            ("POST", ROLLOUT_TRIALS, None),
+            ("POST", PODS, None),
+            ("PATCH", ROLLOUT_TRIALS, "status"),  # Running
+            ("PATCH", ROLLOUT_TRIALS, "status"),  # the outcome
+            ("DELETE", PODS, None),
+        ], name
+    # Nothing of kopf's on trials or Pods: no annotations, no finalizers.
+    assert not [w for w in writes if w.resource in (ROLLOUT_TRIALS, PODS) and w.subresource is None
+                and w.method == "PATCH"]  # fmt: skip
+    trial_events = len([c for c in kube.calls() if c.resource == ROLLOUT_TRIALS and c.is_write])
+    pod_events = 4 * 12  # created, running, finished, deleted
+    job_status_patches = kube.writes(ROLLOUT_JOBS, "lean", subresource="status")
+    assert 2 <= len(job_status_patches) <= 10
+    assert len(job_status_patches) * 5 < trial_events + pod_events
+
+
+async def test_trial_pods_are_watched_by_label_selector_only(
+    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+) -> None:
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.settle(quiet=0.3)
+    pod_reads = [c for c in kube.calls() if c.resource == PODS and c.method == "GET"]
+    assert pod_reads, "the operator lists and watches trial Pods"
+    for call in pod_reads:
+        assert call.params.get("labelSelector") == "rollout.dev/trial", call
+        assert call.namespace == NS, call
+
+
+async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
+    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+) -> None:
+    config = operator_config(s3_settings)
+    bad = job_manifest("bad", [dataset], agents=[{"name": "claude"}])  # no execute script
+    missing = job_manifest("missing", [{"name": "gone", "digest": "0" * 64}])
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.create(ROLLOUT_JOBS, bad)
+        await kube.create(ROLLOUT_JOBS, missing)
+        failed = await kube.wait_for(lambda: job_phase(kube, "bad", "Failed"), what="bad fails")
+        gone = await kube.wait_for(lambda: job_phase(kube, "missing", "Failed"), what="missing")
+        await kube.settle(quiet=0.3)
+
+    conditions = {c["type"]: c for c in failed["status"]["conditions"]}
+    assert conditions["Valid"]["status"] == "False"
+    assert conditions["Valid"]["reason"] == "InvalidSpec"
+    assert "spec.agents[0].execute" in conditions["Valid"]["message"]
+    assert "'claude' needs an 'execute' script" in conditions["Valid"]["message"]
+    assert conditions["Failed"]["status"] == "True"
+    conditions = {c["type"]: c for c in gone["status"]["conditions"]}
+    assert conditions["Valid"]["reason"] == "DatasetNotFound"
+    assert "spec.datasets[0] (gone)" in conditions["Valid"]["message"]
+    assert "does not exist" in conditions["Valid"]["message"]
+
+    events = [c.body for c in kube.calls() if c.method == "POST" and c.resource == EVENTS]
+    warnings = {(e["involvedObject"]["name"], e["reason"], e["type"]) for e in events}
+    assert ("bad", "InvalidSpec", "Warning") in warnings
+    assert ("missing", "DatasetNotFound", "Warning") in warnings
+    assert await kube.list(ROLLOUT_TRIALS, NS) == []
+    assert await kube.list(PODS, NS) == []

@@ -1,0 +1,150 @@
+"""A RolloutJob's life beyond the happy path: status while it runs, its own storage, deletion
+(its trials and Pods go with it) and ttlSecondsAfterFinished."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_kit import (
+    NS,
+    job_manifest,
+    job_phase,
+    make_dataset,
+    operator_config,
+    operator_memo,
+    publish,
+    runner_message,
+)
+
+from kube import CRDS_DIR, EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api
+from rollout.api.layout import job_result_key
+from rollout.api.results import JobResult
+from rollout.api.trials import trial_resource_name
+from rollout.storage import ObjectStore, StorageSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with kube_api(crds=CRDS_DIR) as kube:
+        yield kube
+
+
+def trial(job: str, task: str) -> str:
+    return trial_resource_name(job, "oracle", "set", task, 1)
+
+
+async def status_of(kube: Kube, job: str) -> dict[str, Any]:
+    found = await kube.find(ROLLOUT_JOBS, job)
+    return (found or {}).get("status") or {}
+
+
+async def finish(kube: Kube, pod: str, reward: float) -> None:
+    await kube.wait_for(lambda: kube.find(PODS, pod), what=f"Pod {pod}")
+    await kube.run_pod(pod)
+    await kube.finish_pod(pod, messages={"runner": runner_message(reward)})
+
+
+async def test_the_job_status_follows_its_trials_while_it_runs(
+    kube: Kube, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("steady", [dataset], n_concurrent=1))
+        await kube.wait_for(lambda: kube.find(PODS, trial("steady", "a")), what="first Pod")
+        assert await kube.find(ROLLOUT_TRIALS, trial("steady", "b")) is None  # concurrency 1
+        await finish(kube, trial("steady", "a"), 0.25)
+
+        async def one_done() -> dict[str, Any] | None:
+            status = await status_of(kube, "steady")
+            return status if status.get("counts", {}).get("completed") == 1 else None
+
+        midway = await kube.wait_for(one_done, what="the job status after the first trial")
+        assert midway["phase"] == "Running"
+        assert midway["counts"]["total"] == 2
+        assert midway["meanReward"] == 0.25
+        assert midway["passRate"] == 0.0
+        assert "endedAt" not in midway
+        assert midway["startedAt"]
+
+        await finish(kube, trial("steady", "b"), 1.0)
+        done = await kube.wait_for(lambda: job_phase(kube, "steady", "Completed"))
+    assert done["status"]["meanReward"] == 0.625
+    assert done["status"]["passRate"] == 0.5
+    assert done["status"]["endedAt"] >= done["status"]["startedAt"]
+
+
+async def test_a_job_with_its_own_storage_reads_and_writes_there(
+    kube: Kube, make_s3_settings: Any, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    own = make_s3_settings(prefix="team/a")
+    own_store = ObjectStore(own)
+    own_store.ensure_bucket()
+    dataset = publish(own_store, make_dataset(tmp_path / "set", ["a"]))
+    storage = {"bucket": own.bucket, "prefix": "team/a", "endpoint": own.endpoint_url,
+               "pathStyle": True, "credentialsSecret": "team-a-s3"}  # fmt: skip
+    config = operator_config(s3_settings)  # the operator's default bucket is another one
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("own", [dataset], storage=storage))
+        await finish(kube, trial("own", "a"), 1.0)
+        done = await kube.wait_for(lambda: job_phase(kube, "own", "Completed"))
+    made = await kube.get(ROLLOUT_TRIALS, trial("own", "a"))
+    assert made["spec"]["storage"] == storage
+    key = job_result_key("team/a", "own")
+    assert key == "team/a/jobs/own/result.json"
+    assert done["status"]["resultUri"] == f"s3://{own.bucket}/{key}"
+    assert JobResult.from_json(own_store.get_bytes(key)).pass_rate == 1.0
+    assert ObjectStore(s3_settings).list_keys("") == []  # nothing in the default bucket
+
+
+async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
+    kube: Kube, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("doomed", [dataset]))
+        await kube.wait_for(lambda: kube.find(PODS, trial("doomed", "b")), what="both Pods")
+        await kube.run_pod(trial("doomed", "a"))
+        mark = kube.mark()
+        await kube.delete(ROLLOUT_JOBS, "doomed")
+        await kube.wait_for(
+            lambda: _none_left(kube, "doomed"), what="the job, its trials and Pods gone"
+        )
+        await kube.settle(quiet=0.3)
+    assert await kube.list(ROLLOUT_TRIALS, NS) == []
+    assert await kube.list(PODS, NS) == []
+    # Nothing was made again for a job on its way out (its trials vanish before it does).
+    assert [
+        str(c) for c in kube.calls(since=mark) if c.method == "POST" and c.resource != EVENTS
+    ] == []
+
+
+async def test_a_finished_job_is_deleted_after_its_ttl(
+    kube: Kube, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a"]))
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        job = job_manifest("brief", [dataset], ttlSecondsAfterFinished=1)
+        await kube.create(ROLLOUT_JOBS, job)
+        await finish(kube, trial("brief", "a"), 1.0)
+        done = await kube.wait_for(lambda: job_phase(kube, "brief", "Completed"))
+        assert done["status"]["resultUri"]
+        await kube.wait_for(lambda: _none_left(kube, "brief"), timeout=10, what="TTL deletion")
+    deletes = [c for c in kube.calls() if c.method == "DELETE" and c.resource == ROLLOUT_JOBS]
+    assert [c.name for c in deletes] == ["brief"]
+    assert ObjectStore(s3_settings).exists(job_result_key("", "brief"))  # results stay
+
+
+async def _none_left(kube: Kube, job: str) -> bool:
+    return (
+        await kube.find(ROLLOUT_JOBS, job) is None
+        and not await kube.list(ROLLOUT_TRIALS, NS, labels={"rollout.dev/job": job})
+        and not await kube.list(PODS, NS, labels={"rollout.dev/job": job})
+    )

@@ -1,0 +1,230 @@
+"""Pod-level failures, as the kubelet and the scheduler report them, mapped to trial outcomes by
+the real operator: image pulls, scheduling, container start, evictions and deleted Pods (retried
+in a new Pod up to maxInfraRetries, then internal_error), and trials that would need an image
+build."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_kit import (
+    job_manifest,
+    make_dataset,
+    operator_config,
+    operator_memo,
+    publish,
+    runner_message,
+)
+
+from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api, waiting
+from rollout.api.trials import child_name, trial_resource_name
+from rollout.storage import ObjectStore, StorageSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with kube_api(crds=CRDS_DIR) as kube:
+        yield kube
+
+
+@pytest.fixture
+def store(s3_settings: StorageSettings) -> ObjectStore:
+    return ObjectStore(s3_settings)
+
+
+def trial_name(job: str, task: str = "only", attempt: int = 1) -> str:
+    return trial_resource_name(job, "oracle", "one", task, attempt)
+
+
+async def trial_status(kube: Kube, name: str, phase: str) -> dict[str, Any] | None:
+    trial = await kube.find(ROLLOUT_TRIALS, name)
+    status = (trial or {}).get("status") or {}
+    return status if status.get("phase") == phase else None
+
+
+async def start_job(kube: Kube, store: ObjectStore, tmp_path: Path, job: str, **spec: Any) -> str:
+    """A one-trial job; returns the name of its trial's Pod once it exists."""
+    dataset = publish(store, make_dataset(tmp_path / job / "one", ["only"]))
+    await kube.create(ROLLOUT_JOBS, job_manifest(job, [dataset], **spec))
+    pod = await kube.wait_for(lambda: kube.find(PODS, trial_name(job)), what=f"{job}'s Pod")
+    return str(pod["metadata"]["name"])
+
+
+@pytest.mark.parametrize(
+    ("containers", "extra", "error_type", "words"),
+    [
+        pytest.param(
+            {"environment": waiting("ImagePullBackOff", 'Back-off pulling image "nope:1"')},
+            {},
+            "environment_image_pull_failed",
+            "could not be pulled (ImagePullBackOff",
+            id="image-pull-after-grace",
+        ),
+        pytest.param(
+            {"environment": waiting("InvalidImageName", 'invalid reference format "N0PE"')},
+            {},
+            "environment_image_pull_failed",
+            "InvalidImageName",
+            id="invalid-image-at-once",
+        ),
+        pytest.param(
+            {"runner": waiting("CreateContainerConfigError", 'secret "keys" not found')},
+            {},
+            "environment_start_failed",
+            'secret "keys" not found',
+            id="create-container-config-error",
+        ),
+        pytest.param(
+            None,
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                    }
+                ],
+            },
+            "environment_resource_allocation_failed",
+            "3 Insufficient cpu",
+            id="unschedulable-after-grace",
+        ),
+    ],
+)
+async def test_pod_failures_become_the_trials_error(
+    kube: Kube,
+    store: ObjectStore,
+    s3_settings: StorageSettings,
+    tmp_path: Path,
+    containers: dict[str, Any] | None,
+    extra: dict[str, Any],
+    error_type: str,
+    words: str,
+) -> None:
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        pod = await start_job(kube, store, tmp_path, "broken")
+        await kube.set_pod_status(pod, containers=containers, **extra)
+        status = await kube.wait_for(
+            lambda: trial_status(kube, trial_name("broken"), "Failed"), what="trial Failed"
+        )
+        assert status["error"]["type"] == error_type
+        assert words in status["error"]["message"]
+        job = await kube.wait_for(
+            lambda: _job_phase(kube, "broken", "Completed"), what="the job completes"
+        )
+        await kube.wait_for(lambda: _gone(kube, pod), what="the failed trial's Pod removed")
+    assert job["status"]["counts"]["failed"] == 1
+    assert "passRate" not in job["status"]  # no trial produced a reward
+
+
+async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_error(
+    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    config = operator_config(s3_settings)
+    evicted: dict[str, Any] = {
+        "phase": "Failed",
+        "reason": "Evicted",
+        "message": "The node was low on memory.",
+    }
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        first = await start_job(kube, store, tmp_path, "evict", maxInfraRetries=1)
+        await kube.run_pod(first)
+        await kube.set_pod_status(first, **evicted)
+        retry_pod = child_name(trial_name("evict"), "r1")
+        await kube.wait_for(lambda: kube.find(PODS, retry_pod), what="a new Pod for the retry")
+        status = (await kube.get(ROLLOUT_TRIALS, trial_name("evict")))["status"]
+        assert status["infraRetries"] == 1
+        assert status["podName"] == retry_pod
+        await kube.wait_for(lambda: _gone(kube, first), what="the evicted Pod removed")
+
+        await kube.set_pod_status(retry_pod, **evicted)
+        status = await kube.wait_for(
+            lambda: trial_status(kube, trial_name("evict"), "Failed"), what="trial Failed"
+        )
+    assert status["error"]["type"] == "internal_error"
+    assert "lost 2 times" in status["error"]["message"]
+    assert "Evicted" in status["error"]["message"]
+    pods_made = [w.name for w in kube.writes(PODS) if w.method == "POST"]
+    assert pods_made == [first, retry_pod]
+
+
+async def test_a_pod_deleted_under_a_running_trial_is_replaced_and_the_trial_finishes(
+    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        first = await start_job(kube, store, tmp_path, "deleted")
+        await kube.run_pod(first)
+        await kube.wait_for(lambda: trial_status(kube, trial_name("deleted"), "Running"))
+        await kube.delete(PODS, first)
+        retry_pod = child_name(trial_name("deleted"), "r1")
+        await kube.wait_for(lambda: kube.find(PODS, retry_pod), what="a replacement Pod")
+        await kube.run_pod(retry_pod)
+        await kube.finish_pod(retry_pod, messages={"runner": runner_message(1.0)})
+        status = await kube.wait_for(
+            lambda: trial_status(kube, trial_name("deleted"), "Succeeded"), what="Succeeded"
+        )
+        job = await kube.wait_for(lambda: _job_phase(kube, "deleted", "Completed"))
+    assert status["reward"] == 1.0
+    assert status["infraRetries"] == 1
+    assert job["status"]["counts"]["completed"] == 1
+    assert job["status"]["passRate"] == 1.0
+
+
+async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
+    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    config = operator_config(s3_settings)
+    no_image = publish(store, make_dataset(tmp_path / "plain" / "one", ["only"], image=None))
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("unbuilt", [no_image]))
+        forced = publish(store, make_dataset(tmp_path / "forced" / "one", ["only"]))
+        await kube.create(
+            ROLLOUT_JOBS,
+            job_manifest("forced", [forced], environment={"forceBuild": True}),
+        )
+        unbuilt = await kube.wait_for(
+            lambda: trial_status(kube, trial_name("unbuilt"), "Failed"), what="unbuilt fails"
+        )
+        forced_status = await kube.wait_for(
+            lambda: trial_status(kube, trial_name("forced"), "Failed"), what="forced fails"
+        )
+        await kube.wait_for(lambda: _job_phase(kube, "unbuilt", "Completed"))
+        await kube.wait_for(lambda: _job_phase(kube, "forced", "Completed"))
+    assert unbuilt["error"]["type"] == "environment_build_failed"
+    assert "not supported yet" in unbuilt["error"]["message"]
+    assert "environment.docker_image" in unbuilt["error"]["message"]
+    assert forced_status["error"]["type"] == "environment_build_failed"
+    assert "force_build" in forced_status["error"]["message"]
+    assert [w for w in kube.writes(PODS) if w.method == "POST"] == []
+
+
+async def _job_phase(kube: Kube, name: str, phase: str) -> dict[str, Any] | None:
+    job = await kube.find(ROLLOUT_JOBS, name)
+    return job if job and (job.get("status") or {}).get("phase") == phase else None
+
+
+async def _gone(kube: Kube, pod: str) -> bool:
+    return await kube.find(PODS, pod) is None
+
+
+async def test_preserve_env_keeps_the_pod_of_a_finished_trial(
+    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        pod = await start_job(kube, store, tmp_path, "kept", environment={"preserveEnv": True})
+        await kube.run_pod(pod)
+        await kube.finish_pod(pod, messages={"runner": runner_message(1.0)})
+        await kube.wait_for(lambda: _job_phase(kube, "kept", "Completed"), what="completed")
+        await kube.settle(quiet=0.3)
+    assert await kube.find(PODS, pod) is not None
+    assert [w for w in kube.writes(PODS) if w.method == "DELETE"] == []

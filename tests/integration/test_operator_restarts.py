@@ -1,0 +1,259 @@
+"""Crash safety: the operator stopped at any moment and started again neither duplicates nor loses
+a trial, and the job still ends with the right figures.
+
+In-process kills cancel the operator wherever it is (between creating a trial and its Pod,
+between a status patch and a Pod deletion...); the last test kills the real `rollout-operator`
+process with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from operator_kit import (
+    AGENTS,
+    DATASET,
+    NS,
+    RUNNER_IMAGE,
+    TASKS,
+    expected_names,
+    job_manifest,
+    job_phase,
+    make_dataset,
+    most_unfinished,
+    operator_config,
+    operator_memo,
+    outcome,
+    publish,
+)
+
+from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api
+from rollout.storage import ObjectStore, StorageSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with kube_api(crds=CRDS_DIR) as kube:
+        yield kube
+
+
+@pytest.fixture
+def dataset(tmp_path: Path, s3_settings: StorageSettings) -> dict[str, str]:
+    return publish(ObjectStore(s3_settings), make_dataset(tmp_path / DATASET, TASKS))
+
+
+class Kubelet:
+    """Runs and finishes trial Pods as they appear, in the background of a test."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.finished: set[str] = set()
+
+    async def step(self) -> None:
+        for pod in await self.kube.list(PODS, NS, labels="rollout.dev/trial"):
+            name = pod["metadata"]["name"]
+            if name in self.finished or pod["metadata"].get("deletionTimestamp"):
+                continue
+            await self.kube.run_pod(name)
+            await self.kube.finish_pod(name, messages={"runner": outcome(pod)})
+            self.finished.add(name)
+
+    async def until(self, predicate: Any, what: str) -> Any:
+        async def check() -> Any:
+            await self.step()
+            return await predicate()
+
+        return await self.kube.wait_for(check, timeout=30, what=what)
+
+
+def posts(kube: Kube, resource: str) -> Counter[str | None]:
+    return Counter(c.name for c in kube.calls() if c.method == "POST" and c.resource == resource)
+
+
+async def trials_posted_at_least(kube: Kube, count: int) -> bool:
+    return sum(posts(kube, ROLLOUT_TRIALS).values()) >= count
+
+
+def assert_each_trial_ran_once(kube: Kube) -> None:
+    names = expected_names("crashy")
+    once: Counter[str | None] = Counter(names)
+    assert posts(kube, ROLLOUT_TRIALS) == once  # each trial created exactly once
+    assert posts(kube, PODS) == once  # each in one Pod, created exactly once
+    # Trial order and the concurrency limit held across the restarts.
+    assert [
+        c.name for c in kube.calls() if c.method == "POST" and c.resource == ROLLOUT_TRIALS
+    ] == (names)
+    assert most_unfinished(kube.calls()) <= 3
+
+
+async def assert_job_figures(kube: Kube) -> None:
+    status = (await kube.get(ROLLOUT_JOBS, "crashy"))["status"]
+    assert status["counts"]["total"] == status["counts"]["finished"] == 12
+    assert (status["counts"]["completed"], status["counts"]["failed"]) == (11, 1)
+    assert status["passRate"] == pytest.approx(7 / 11)
+    assert status["meanReward"] == pytest.approx(8 / 11)
+    assert len(await kube.list(ROLLOUT_TRIALS, NS)) == 12
+
+
+@pytest.mark.parametrize("kill_after", [[1, 5, 9], [2, 3, 4, 6, 7, 8, 10, 11]])
+async def test_an_operator_killed_again_and_again_still_runs_every_trial_once(
+    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings, kill_after: list[int]
+) -> None:
+    config = operator_config(s3_settings)
+    kubelet = Kubelet(kube)
+    await kube.create(
+        ROLLOUT_JOBS, job_manifest("crashy", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3)
+    )
+    for count in kill_after:
+        async with kube.operator(memo=operator_memo(kube.url, config)) as operator:
+            # Kill it as soon as it has created `count` trials: often between a trial and its
+            # Pod, or between a trial's outcome and the removal of its Pod.
+            async def enough(count: int = count) -> bool:
+                return await trials_posted_at_least(kube, count)
+
+            await kubelet.until(enough, f"{count} trials")
+            await operator.kill()
+        await kubelet.step()  # the kubelet goes on while no operator runs
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kubelet.until(lambda: job_phase(kube, "crashy", "Completed"), "the job completes")
+        await kube.settle(quiet=0.3)
+
+    assert_each_trial_ran_once(kube)
+    await assert_job_figures(kube)
+    assert await kube.list(PODS, NS) == []  # every trial's Pod removed, also across restarts
+
+
+async def test_a_stopped_operator_resumes_a_suspended_job_where_it_was(
+    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings
+) -> None:
+    """Stopped gracefully mid-job; a job suspended meanwhile creates nothing more until resumed."""
+    config = operator_config(s3_settings)
+    kubelet = Kubelet(kube)
+    await kube.create(
+        ROLLOUT_JOBS, job_manifest("crashy", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3)
+    )
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        await kube.wait_for(lambda: trials_posted_at_least(kube, 3), what="3 trials")
+    await kube.patch(ROLLOUT_JOBS, "crashy", {"spec": {"suspend": True}})
+    async with kube.operator(memo=operator_memo(kube.url, config)):
+        suspended = await kubelet.until(
+            lambda: job_phase(kube, "crashy", "Suspended"), "the job suspended"
+        )
+        await kubelet.until(lambda: _counts(kube, finished=3), "the started trials finished")
+        await kube.settle(quiet=0.3)
+        assert sum(posts(kube, ROLLOUT_TRIALS).values()) == 3  # nothing new while suspended
+        conditions = {c["type"]: c for c in suspended["status"]["conditions"]}
+        assert conditions["Suspended"]["status"] == "True"
+
+        await kube.patch(ROLLOUT_JOBS, "crashy", {"spec": {"suspend": False}})
+        done = await kubelet.until(lambda: job_phase(kube, "crashy", "Completed"), "completed")
+    conditions = {c["type"]: c for c in done["status"]["conditions"]}
+    assert conditions["Suspended"]["status"] == "False"
+    assert done["status"]["observedGeneration"] == 3
+    assert_each_trial_ran_once(kube)
+    await assert_job_figures(kube)
+
+
+async def _counts(kube: Kube, **expected: int) -> bool:
+    job = await kube.find(ROLLOUT_JOBS, "crashy")
+    counts = ((job or {}).get("status") or {}).get("counts") or {}
+    return all(counts.get(key) == value for key, value in expected.items())
+
+
+# --- the real process -----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def operator_process(
+    kube: Kube, tmp_path: Path, storage: StorageSettings
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, int]]:
+    """`rollout-operator` as a user runs it, configured by environment variables."""
+    metrics_port, health_port = _free_port(), _free_port()
+    assert storage.access_key_id is not None
+    assert storage.secret_access_key is not None
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+        "ROLLOUT_NAMESPACES": NS,
+        "ROLLOUT_RUNNER_IMAGE": RUNNER_IMAGE,
+        "ROLLOUT_PEERING": "",
+        "ROLLOUT_STORAGE_BUCKET": storage.bucket,
+        "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint_url or "",
+        "ROLLOUT_STORAGE_PATH_STYLE": "true",
+        "AWS_ACCESS_KEY_ID": storage.access_key_id.get_secret_value(),
+        "AWS_SECRET_ACCESS_KEY": storage.secret_access_key.get_secret_value(),
+        "ROLLOUT_METRICS_PORT": str(metrics_port),
+        "ROLLOUT_HEALTH_PORT": str(health_port),
+        "ROLLOUT_STATUS_INTERVAL_SEC": "0.2",
+        "ROLLOUT_LOG_LEVEL": "info",
+    }
+    script = Path(sys.executable).parent / "rollout-operator"
+    with (tmp_path / "operator.log").open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            str(script), env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
+        )
+    try:
+        yield process, metrics_port, health_port
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> str | None:
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
+            return await response.text() if response.status == 200 else None
+    except aiohttp.ClientError:
+        return None
+
+
+async def test_the_operator_process_killed_with_sigkill_mid_job_finishes_it_after_a_restart(
+    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    kubelet = Kubelet(kube)
+    await kube.create(
+        ROLLOUT_JOBS, job_manifest("crashy", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3)
+    )
+    async with (
+        aiohttp.ClientSession() as session,
+        operator_process(kube, tmp_path, s3_settings) as (process, metrics_port, health_port),
+    ):
+        await kube.wait_for(
+            lambda: _get(session, f"http://127.0.0.1:{health_port}/healthz"),
+            timeout=30,
+            what="the operator's /healthz",
+        )
+        await kubelet.until(lambda: trials_posted_at_least(kube, 5), "5 trials")
+        metrics = await _get(session, f"http://127.0.0.1:{metrics_port}/metrics")
+        assert metrics is not None
+        assert 'rollout_api_writes_total{resource="rollouttrials",verb="create"}' in metrics
+        assert "rollout_active_trials" in metrics
+        process.send_signal(signal.SIGKILL)
+        assert await process.wait() == -signal.SIGKILL
+
+    await kubelet.step()
+    async with operator_process(kube, tmp_path, s3_settings):
+        await kubelet.until(lambda: job_phase(kube, "crashy", "Completed"), "the job completes")
+        await kube.settle(quiet=0.3)
+    assert_each_trial_ran_once(kube)
+    await assert_job_figures(kube)

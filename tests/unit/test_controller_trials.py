@@ -1,0 +1,247 @@
+"""A new trial's manifest (effective timeouts, resources, image, users) and the step `decide` takes
+for a trial given its Pod."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from rollout.api.errors import ErrorType
+from rollout.api.resources import RolloutJob, RolloutTrial, StorageSpec, TrialPhase
+from rollout.api.task import parse_task_config
+from rollout.api.trials import TrialKey
+from rollout.controller.config import OperatorConfig
+from rollout.controller.datasets import ResolvedTask
+from rollout.controller.index import PodEntry, TrialEntry
+from rollout.controller.planner import PlannedTrial
+from rollout.controller.podstatus import Failed, Finished, Lost, Running, Waiting
+from rollout.controller.trials import (
+    CreatePod,
+    DeletePod,
+    Nothing,
+    PatchStatus,
+    RetryPod,
+    act,
+    decide,
+    image_build_message,
+    trial_manifest,
+)
+from rollout_runner.termination import TerminationMessage
+
+NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
+CONFIG = OperatorConfig(runner_image="runner:1")
+STORAGE = StorageSpec(bucket="b", prefix="p")
+
+
+def job(**spec: Any) -> RolloutJob:
+    return RolloutJob.model_validate(
+        {
+            "metadata": {"name": "my-job", "namespace": "ns"},
+            "spec": {
+                "jobName": "My Job",
+                "agents": [{"name": "oracle"}, {"name": "claude", "execute": "run"}],
+                "datasets": [{"name": "d", "digest": "a" * 64}],
+                **spec,
+            },
+        }
+    )
+
+
+def planned(toml: dict[str, Any] | None = None, agent: str = "claude") -> PlannedTrial:
+    config = parse_task_config(
+        toml
+        or {
+            "agent": {"timeout_sec": 100, "install_timeout_sec": 50, "user": "agent"},
+            "verifier": {"timeout_sec": 300, "user": 0},
+            "environment": {"docker_image": "img:1", "cpus": 2, "memory": "4G", "workdir": "/app"},
+        }
+    )
+    return PlannedTrial(
+        TrialKey(agent, "d", "t", 1), "my-job-claude-d-t-1-x", ResolvedTask("t", "c" * 64, config)
+    )
+
+
+def test_a_trial_manifest_carries_everything_its_pod_needs() -> None:
+    rj = job(
+        timeoutMultiplier=2.0, verifier={"maxTimeoutSec": 250}, pod={"nodeSelector": {"a": "b"}}
+    )
+    manifest = trial_manifest(
+        rj, planned(), namespace="ns", job_uid="uid-1", storage=STORAGE, runner_image="runner:2"
+    )
+    trial = RolloutTrial.model_validate(manifest)  # a valid RolloutTrial
+    spec = trial.spec
+    assert manifest["metadata"]["ownerReferences"] == [
+        {"apiVersion": "rollout.dev/v1alpha1", "kind": "RolloutJob", "name": "my-job",
+         "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}
+    ]  # fmt: skip
+    assert manifest["metadata"]["labels"]["rollout.dev/job"] == "my-job"
+    assert manifest["metadata"]["labels"]["rollout.dev/agent"] == "claude"
+    assert spec.job_name == "My Job"  # the job's own name names its results
+    assert spec.agent.name == "claude"
+    assert spec.agent.execute == "run"
+    assert (spec.timeouts.agent_sec, spec.timeouts.agent_install_sec) == (200, 100)
+    assert spec.timeouts.verifier_sec == 500  # the task's 300 capped at 250, times 2
+    assert spec.image == "img:1"
+    assert (spec.resources.cpus, spec.resources.memory) == ("2", "4G")
+    assert (spec.agent_user, spec.verifier_user, spec.workdir) == ("agent", 0, "/app")
+    assert spec.storage == STORAGE
+    assert spec.runner_image == "runner:2"
+    assert spec.pod.node_selector == {"a": "b"}
+    assert spec.task_content_hash == "c" * 64
+
+
+def test_the_jobs_resource_overrides_win() -> None:
+    rj = job(environment={"overrideCpus": 1, "overrideMemory": "2048", "overrideStorage": "30G"})
+    spec = trial_manifest(
+        rj, planned(), namespace="ns", job_uid="u", storage=STORAGE, runner_image="r"
+    )["spec"]
+    assert spec["resources"] == {"cpus": "1", "memory": "2048Mi", "storage": "30G", "gpus": 0}
+
+
+def test_an_image_that_needs_a_build_is_explained() -> None:
+    task = planned({"environment": {}}).task.config
+    message = image_build_message("t", task, force_build=False)
+    assert message is not None
+    assert "not supported yet" in message
+    assert "environment.docker_image" in message
+    forced = image_build_message("t", planned().task.config, force_build=True)
+    assert forced is not None
+    assert "force_build" in forced
+    assert image_build_message("t", planned().task.config, force_build=False) is None
+
+
+# --- decide ---------------------------------------------------------------------------------------
+
+
+TRIAL = TrialEntry("ns", "t1", "uid", "7", "oracle", "d", "t", 1)
+
+
+def pod(
+    status: dict[str, Any] | None = None, *, deleting: bool = False, name: str = "t1"
+) -> PodEntry:
+    metadata: dict[str, Any] = {"name": name, "creationTimestamp": "2025-01-15T10:29:59Z"}
+    if deleting:
+        metadata["deletionTimestamp"] = "2025-01-15T10:30:00Z"
+    return PodEntry("ns", name, "pod-uid", "t1", {"metadata": metadata, "status": status or {}})
+
+
+def finished_pod(message: dict[str, Any]) -> PodEntry:
+    terminated = {"exitCode": 0, "message": json.dumps(message)}
+    return pod({"containerStatuses": [{"name": "runner", "state": {"terminated": terminated}}]})
+
+
+def test_a_trial_without_a_pod_gets_one() -> None:
+    assert decide(TRIAL, None, now=NOW, config=CONFIG, max_infra_retries=2) == CreatePod("t1", 0)
+    retried = replace(TRIAL, infra_retries=1, pod_name="t1-r1")
+    assert decide(retried, None, now=NOW, config=CONFIG, max_infra_retries=2) == CreatePod(
+        "t1-r1", 1
+    )
+    # Just created: its watch event is on its way.
+    assert decide(TRIAL, None, now=NOW, config=CONFIG, max_infra_retries=2, pod_requested=True) == (
+        Nothing()
+    )
+
+
+def test_a_missing_pod_of_a_running_trial_was_lost() -> None:
+    running = replace(TRIAL, phase=TrialPhase.RUNNING)
+    action = decide(running, None, now=NOW, config=CONFIG, max_infra_retries=2)
+    assert isinstance(action, RetryPod)
+    assert (action.old_pod, action.new_pod, action.retry) == (None, "t1-r1", 1)
+    assert action.status["phase"] == "Pending"
+    assert action.status["infraRetries"] == 1
+    # A deleted Pod of a trial that never ran is lost too (not silently made again).
+    deleted = decide(TRIAL, None, now=NOW, config=CONFIG, max_infra_retries=2, pod_deleted=True)
+    assert isinstance(deleted, RetryPod)
+
+
+def test_lost_pods_are_retried_up_to_the_limit_then_internal_error() -> None:
+    tired = replace(TRIAL, infra_retries=2, pod_name="t1-r2", phase=TrialPhase.RUNNING)
+    action = act(tired, pod(name="t1-r2"), Lost("Evicted."), now=NOW, max_infra_retries=2)
+    assert isinstance(action, PatchStatus)
+    assert action.final
+    assert action.delete_pod == "t1-r2"
+    assert action.status["error"]["type"] == "internal_error"
+    assert "lost 3 times" in action.status["error"]["message"]
+    assert action.status["conditions"][0]["reason"] == "InfraRetriesExhausted"
+
+
+def test_a_running_pod_marks_the_trial_running_once() -> None:
+    action = act(TRIAL, pod(), Running(), now=NOW, max_infra_retries=2)
+    assert isinstance(action, PatchStatus)
+    assert action.status["phase"] == "Running"
+    assert action.status["podName"] == "t1"
+    assert not action.final
+    running = replace(TRIAL, phase=TrialPhase.RUNNING)
+    assert act(running, pod(), Running(), now=NOW, max_infra_retries=2) == Nothing()
+    assert act(TRIAL, pod(), Waiting("ContainerCreating"), now=NOW, max_infra_retries=2) == Nothing(
+        waiting=True
+    )
+
+
+def test_the_runners_message_becomes_the_trials_status() -> None:
+    message = {
+        "reward": 0.75,
+        "error": {"type": "environment_teardown_failed", "message": "stuck"},
+        "durations": {"total_sec": 10.0, "verifier_sec": 2.0},
+        "timestamps": {"started_at": "2025-01-15T10:30:00Z"},
+        "result_uri": "s3://b/jobs/j/oracle/d/t__1/result.json",
+        "upload_error": None,
+    }
+    action = decide(TRIAL, finished_pod(message), now=NOW, config=CONFIG, max_infra_retries=2)
+    assert isinstance(action, PatchStatus)
+    status = action.status
+    assert status["phase"] == "Succeeded"  # a teardown error alone keeps the reward
+    assert status["reward"] == 0.75
+    assert status["error"]["type"] == "environment_teardown_failed"
+    assert status["durations"] == {"totalSec": 10.0, "verifierSec": 2.0}
+    assert status["timestamps"] == {"startedAt": "2025-01-15T10:30:00Z"}
+    assert status["resultUri"] == message["result_uri"]
+    assert action.delete_pod == "t1"
+    assert action.durations["total_sec"] == 10.0
+    assert "infraRetries" not in status  # a merge patch keeps the count
+
+
+def test_an_error_that_kept_the_reward_fails_the_trial() -> None:
+    message = TerminationMessage.model_validate(
+        {"reward": None, "error": {"type": "verifier_timeout", "message": "too slow"}}
+    )
+    action = act(TRIAL, pod(), Finished(message, "{}"), now=NOW, max_infra_retries=2)
+    assert isinstance(action, PatchStatus)
+    assert action.status["phase"] == "Failed"
+    assert action.status["conditions"][0]["message"] == "verifier_timeout: too slow"
+
+
+def test_a_pod_failure_is_the_trials_error_and_preserve_env_keeps_the_pod() -> None:
+    failure = Failed(ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED, "no such image")
+    action = act(TRIAL, pod(), failure, now=NOW, max_infra_retries=2)
+    assert isinstance(action, PatchStatus)
+    assert action.status["error"] == {
+        "type": "environment_image_pull_failed",
+        "message": "no such image",
+    }
+    assert action.status["conditions"][0]["reason"] == "ImagePullFailed"
+    assert action.delete_pod == "t1"
+    kept = act(replace(TRIAL, preserve_env=True), pod(), failure, now=NOW, max_infra_retries=2)
+    assert isinstance(kept, PatchStatus)
+    assert kept.delete_pod is None
+
+
+def test_a_finished_trials_pod_is_removed_unless_preserved_or_going() -> None:
+    done = replace(TRIAL, phase=TrialPhase.SUCCEEDED)
+    assert decide(done, pod(), now=NOW, config=CONFIG, max_infra_retries=2) == DeletePod("t1")
+    assert (
+        decide(done, pod(deleting=True), now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
+    )
+    kept = replace(done, preserve_env=True)
+    assert decide(kept, pod(), now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
+    assert decide(done, None, now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
+
+
+@pytest.mark.parametrize("environment_type", ["modal", "docker"])
+def test_trials_of_the_bridge_are_left_to_it(environment_type: str) -> None:
+    bridged = replace(TRIAL, environment_type=environment_type)
+    assert decide(bridged, None, now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
