@@ -184,11 +184,15 @@ async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
     config = operator_config(s3_settings)
     bad = job_manifest("bad", [dataset], agents=[{"name": "claude"}])  # no execute script
     missing = job_manifest("missing", [{"name": "gone", "digest": "0" * 64}])
+    # No bridge controller exists yet: its trials would wait forever, so the job is refused.
+    modal = job_manifest("modal", [dataset], environment={"type": "modal"})
     async with kube.operator(memo=operator_memo(kube.url, config)):
         await kube.create(ROLLOUT_JOBS, bad)
         await kube.create(ROLLOUT_JOBS, missing)
+        await kube.create(ROLLOUT_JOBS, modal)
         failed = await kube.wait_for(lambda: job_phase(kube, "bad", "Failed"), what="bad fails")
         gone = await kube.wait_for(lambda: job_phase(kube, "missing", "Failed"), what="missing")
+        bridge = await kube.wait_for(lambda: job_phase(kube, "modal", "Failed"), what="modal")
         await kube.settle(quiet=0.3)
 
     conditions = {c["type"]: c for c in failed["status"]["conditions"]}
@@ -202,9 +206,15 @@ async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
     assert "spec.datasets[0] (gone)" in conditions["Valid"]["message"]
     assert "does not exist" in conditions["Valid"]["message"]
 
+    conditions = {c["type"]: c for c in bridge["status"]["conditions"]}
+    assert conditions["Valid"]["reason"] == "UnsupportedEnvironment"
+    assert "spec.environment.type is 'modal'" in conditions["Valid"]["message"]
+    assert "bridge controller" in conditions["Valid"]["message"]
+
     events = [c.body for c in kube.calls() if c.method == "POST" and c.resource == EVENTS]
     warnings = {(e["involvedObject"]["name"], e["reason"], e["type"]) for e in events}
     assert ("bad", "InvalidSpec", "Warning") in warnings
     assert ("missing", "DatasetNotFound", "Warning") in warnings
+    assert ("modal", "UnsupportedEnvironment", "Warning") in warnings
     assert await kube.list(ROLLOUT_TRIALS, NS) == []
     assert await kube.list(PODS, NS) == []

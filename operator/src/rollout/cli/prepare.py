@@ -67,6 +67,10 @@ class PreparedJob:
     """True when job.yaml said `type: docker` explicitly and it became `kubernetes`."""
 
 
+RUNS_ON_A_CLUSTER = frozenset({EnvironmentType.DOCKER, EnvironmentType.KUBERNETES})
+"""Environment types a cluster runs today: both as Pods (see prepare_job)."""
+
+
 def cache_dir(environ: Mapping[str, str]) -> Path:
     """Where registry datasets are fetched: $ROLLOUT_CACHE_DIR, else $XDG_CACHE_HOME/rollout,
     else ~/.cache/rollout."""
@@ -81,6 +85,16 @@ def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> Prepa
     """Load and check everything about the job (see the module docstring)."""
     job = load_job(path)
     problems: list[Problem] = []
+    if job.environment.type not in RUNS_ON_A_CLUSTER:
+        problems.append(
+            Problem(
+                str(path),
+                "environment.type",
+                f"is {job.environment.type.value!r}: on a cluster this version runs trials as Pods "
+                "only ('docker', the default, or 'kubernetes'); the bridge controller for "
+                "external sandboxes is not available yet",
+            )
+        )
     try:
         resolve_agent_env(job, environ, file=path)
     except InvalidInput as err:

@@ -284,6 +284,15 @@ class JobReconciler:
             )
 
     async def _make_plan(self, job: RolloutJob) -> None:
+        if job.spec.environment.type != EnvironmentType.KUBERNETES:
+            # Its trials would wait forever for a bridge controller that does not exist yet.
+            raise InvalidJob(
+                JobConditionReason.UNSUPPORTED_ENVIRONMENT,
+                f"{self.where}: spec.environment.type is {job.spec.environment.type.value!r}: "
+                "trials of that type run through the bridge controller, which this version "
+                "does not have yet; use 'kubernetes' (the rollout CLI submits job.yaml's "
+                "'docker' as 'kubernetes')",
+            )
         try:
             storage = job_storage_spec(job.spec.storage, self.config.storage)
         except NoStorage as err:

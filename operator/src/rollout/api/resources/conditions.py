@@ -65,6 +65,7 @@ class JobConditionReason(StrEnum):
     SPEC_VALID = "SpecValid"
     INVALID_SPEC = "InvalidSpec"
     DATASET_NOT_FOUND = "DatasetNotFound"
+    UNSUPPORTED_ENVIRONMENT = "UnsupportedEnvironment"
     STORAGE_UNAVAILABLE = "StorageUnavailable"
     TRIALS_RUNNING = "TrialsRunning"
     SUSPENDED_BY_SPEC = "SuspendedBySpec"
