@@ -23,7 +23,7 @@ namespace observer gets HTTP 500): the emulator below parses those paths itself.
 `kube_api()` starts it all and yields a `Kube`: object helpers (create/get/list/patch/delete, the
 "kubelet" helpers that set a Pod's status), the request log (`calls()`, `writes()`), injected
 errors (`fail()`), `wait_for()`, and `operator()`, which runs a kopf operator in a thread of its
-own against the server. See /work/notes/kmock.md for how to use it and what it does not emulate.
+own against the server. tests/kube.md says how to use it and what it does not emulate.
 """
 
 from __future__ import annotations

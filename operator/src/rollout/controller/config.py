@@ -1,7 +1,9 @@
 """The operator's settings: environment variables set by the Helm chart, or command-line flags.
 
-/work/notes/operator-config.md (the README's "Operator configuration") is the contract with the
-chart. Every variable has a flag of the same meaning; a flag that is given wins over its variable.
+The variables are the contract with the Helm chart (its deployment template sets them, and
+tests/unit/test_chart.py feeds the rendered environment to `OperatorConfig.from_env`); the README's
+"Chart values" section lists them. Every variable has a flag of the same meaning; a flag that is
+given wins over its variable.
 Empty values count as unset, except ROLLOUT_PEERING, where "" means "no peering" (standalone).
 
 Bad values raise `InvalidInput`, one `Problem` per bad value, each naming the variable (file
