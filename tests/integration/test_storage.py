@@ -213,6 +213,18 @@ def test_upload_tree_and_download_prefix_byte_for_byte(
     written = store.download_prefix(prefix, tmp_path / "copy")
     assert read_tree(tmp_path / "copy") == files
     assert sorted(written) == sorted((tmp_path / "copy" / r).resolve() for r in files)
+    # Several files at a time: the same tree.
+    written = store.download_prefix(prefix, tmp_path / "parallel", workers=4)
+    assert read_tree(tmp_path / "parallel") == files
+    assert len(written) == len(files)
+
+
+def test_download_prefix_of_nothing_makes_no_directory(
+    s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    store = ObjectStore(s3_settings)
+    assert store.download_prefix("jobs/none", tmp_path / "none", workers=4) == []
+    assert not (tmp_path / "none").exists()
 
 
 def test_upload_tree_skips_links_leaving_the_tree_and_special_files(

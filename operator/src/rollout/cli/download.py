@@ -12,13 +12,13 @@ import argparse
 from collections.abc import Mapping
 from pathlib import Path
 
-from rollout.api.layout import check_relative_path, job_prefix, local_job_dir
+from rollout.api.layout import job_prefix, local_job_dir
 from rollout.cli import config, kube
 from rollout.cli.errors import CliError, ExitCode
 from rollout.cli.jobs import connect_optional, find_job, results_store
 from rollout.cli.progress import make_console
 from rollout.cli.summary import load_summary, print_summary
-from rollout.cli.threads import WORKERS, parallel_map
+from rollout.cli.threads import WORKERS
 from rollout.storage import ObjectStore
 
 EPILOG = """\
@@ -34,27 +34,12 @@ def download_results(
     """Copy `jobs/<job_name>/` from storage to `<jobs_dir>/<job_name>/`, a few files at a time;
     the directory and the number of files written (no directory is made when there are none).
 
-    Every key is checked before anything is written: one that would land outside the directory
-    (a `..` segment, or through a symlink already there) stops the download.
+    `ObjectStore.download_prefix` checks every key before anything is written: one that would
+    land outside the directory (a `..` segment, or through a symlink already there) stops it.
     """
     target = local_job_dir(jobs_dir, job_name)
     base = job_prefix(store.settings.prefix, job_name)
-    keys = [key for key in store.list_keys(base) if not key.endswith("/")]
-    if not keys:
-        return target, 0
-    target.mkdir(parents=True, exist_ok=True)
-    root = target.resolve()
-    plan: list[tuple[str, Path]] = []
-    for key in keys:
-        try:
-            path = (root / check_relative_path(key[len(base) :], "object key")).resolve()
-        except ValueError as err:
-            raise CliError(f"refusing to download {store.uri(key)}: {err}") from None
-        if not path.is_relative_to(root) or path == root:
-            raise CliError(f"refusing to download {store.uri(key)}: it would leave {root}")
-        plan.append((key, path))
-    parallel_map(lambda item: store.download_file(*item), plan, workers)
-    return target, len(plan)
+    return target, len(store.download_prefix(base, target, workers=workers))
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

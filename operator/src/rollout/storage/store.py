@@ -6,6 +6,7 @@ import mimetypes
 import os
 import stat
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -228,16 +229,18 @@ class ObjectStore:
             keys.append(key)
         return keys
 
-    def download_prefix(self, key_prefix: str, local_dir: Path | str) -> list[Path]:
+    def download_prefix(
+        self, key_prefix: str, local_dir: Path | str, *, workers: int = 1
+    ) -> list[Path]:
         """Download every object under the folder `key_prefix` into `local_dir`.
 
         Refuses, before writing anything, a key that would land outside `local_dir` ('..',
         or a symlink already in `local_dir`). Keys ending in '/' (folder markers) are skipped.
-        Returns the files written.
+        `local_dir` is made only when there is something to write. `workers` > 1 downloads that
+        many files at a time (the client is thread-safe): a job's results are thousands of
+        small files. Returns the files written.
         """
-        root = Path(local_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        root = root.resolve()
+        root = Path(local_dir).resolve()
         base = folder(key_prefix)
         plan: list[tuple[str, Path]] = []
         for key in self.list_keys(base):
@@ -255,8 +258,15 @@ class ObjectStore:
                     transient=False,
                 )
             plan.append((key, target))
-        for key, target in plan:
-            self.download_file(key, target)
+        if plan:
+            root.mkdir(parents=True, exist_ok=True)
+        if workers > 1 and len(plan) > 1:
+            with ThreadPoolExecutor(max_workers=min(workers, len(plan))) as pool:
+                # list() so that the first failure is raised here, once all are done.
+                list(pool.map(lambda item: self.download_file(*item), plan))
+        else:
+            for key, target in plan:
+                self.download_file(key, target)
         return [target for _, target in plan]
 
     def delete_prefix(self, prefix: str) -> int:
