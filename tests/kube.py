@@ -28,12 +28,14 @@ own against the server. tests/kube.md says how to use it and what it does not em
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import builtins
 import contextlib
 import copy
 import dataclasses
 import datetime
+import enum
 import inspect
 import re
 import secrets
@@ -60,6 +62,7 @@ import jsonpatch
 import jsonpointer
 import kmock
 import kopf
+import kubernetes.client
 import yaml
 from kmock._internal import rendering
 from kopf._cogs.structs.credentials import Vault
@@ -250,6 +253,14 @@ def api_error(status: int, reason: str, message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(status=status, reason=reason, message=message, details=details)
 
 
+class PageNotFound(kmock.KubernetesError):
+    """What a real API server answers for a path it serves nothing at (a resource whose CRD is
+    not installed, or not yet): a plain-text `404 page not found`, not a JSON Status."""
+
+    def __init__(self) -> None:
+        super().__init__(status=404, reason="NotFound", message="404 page not found")
+
+
 def bad_request(message: str) -> kmock.KubernetesError:
     return api_error(400, "BadRequest", message)
 
@@ -265,6 +276,71 @@ def invalid(message: str) -> kmock.KubernetesError:
 
 def conflict(message: str) -> kmock.KubernetesError:
     return api_error(409, "Conflict", message)
+
+
+# --------------------------------------------------------------------------------------------
+# Query parameters, refused as a real API server refuses them.
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_GO_UINT = re.compile(r"[0-9]+")
+
+
+def check_query(params: Mapping[str, str]) -> None:
+    """Refuse the query parameters a real kube-apiserver refuses, with its status and message.
+
+    Checked against kube-apiserver 1.24: `timeoutSeconds` and `limit` are parsed as integers
+    (`timeoutSeconds=270.0` is a 400, which once stopped every watch of the operator at start);
+    a `resourceVersion` that is not an unsigned integer is a 500, or a 400 with
+    `resourceVersionMatch`. Booleans such as `watch=yes` are taken leniently there too.
+    """
+    for name in ("timeoutSeconds", "limit"):
+        value = params.get(name)
+        if value is not None and value != "" and not _GO_INT.fullmatch(value):
+            raise bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax')
+    version = params.get("resourceVersion")
+    if version and not _GO_UINT.fullmatch(version):
+        detail = (
+            f'resourceVersion: Invalid value: "{version}": strconv.ParseUint: parsing '
+            f'"{version}": invalid syntax'
+        )
+        if params.get("resourceVersionMatch"):
+            raise bad_request(f"invalid resource version: {detail}")
+        raise api_error(500, "", detail)
+
+
+# --------------------------------------------------------------------------------------------
+# Answers in pieces.
+
+CHUNKED_AFTER_BYTES = 2048
+"""Go's HTTP server buffers this much of an answer; a longer one (a Pod with its managed fields,
+any list) goes out chunked, its head and first piece before the rest."""
+CHUNK_PAUSE_SEC = 0.003
+"""How long the emulator waits between the first piece of a long answer and the rest: long
+enough that a client which hands back a connection without reading the answer to its end
+(main's `create_pod` once did) reuses it while the rest is still on its way, as it happened
+against a real API server under load."""
+
+
+async def _send_in_pieces(
+    request: aiohttp.web.BaseRequest,
+    response: aiohttp.web.Response,
+    body: bytes,
+    pause: float,
+) -> aiohttp.web.StreamResponse:
+    stream = aiohttp.web.StreamResponse(status=response.status, reason=response.reason)
+    for name, value in response.headers.items():
+        if name.lower() not in ("content-length", "transfer-encoding"):
+            stream.headers[name] = value
+    stream.enable_chunked_encoding()
+    try:
+        await stream.prepare(request)
+        await stream.write(body[:CHUNKED_AFTER_BYTES])
+        await asyncio.sleep(pause)
+        await stream.write(body[CHUNKED_AFTER_BYTES:])
+        await stream.write_eof()
+    except ConnectionError:
+        pass  # the client went away
+    return stream
 
 
 # --------------------------------------------------------------------------------------------
@@ -324,12 +400,14 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
     revision: int = attrs.field(default=0, init=False)
     gc_dependents: bool = True
+    chunk_pause: float = CHUNK_PAUSE_SEC
     _schemas: dict[kmock.resource, Schema] = attrs.field(factory=dict, init=False)
     _event_log: dict[kmock.resource, list[tuple[int, WatchEvent]]] = attrs.field(
         factory=dict, init=False
     )
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _responses: dict[int, Body] = attrs.field(factory=dict, init=False)
+    _crd_resources: dict[str, list[kmock.resource]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -365,12 +443,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
     def info(self, resource: kmock.resource) -> kmock.ResourceInfo:
         if resource not in self.resources:
-            raise api_error(
-                404,
-                "NotFound",
-                f"the server could not find the requested resource {resource_name(resource)}"
-                " (register it in the harness, e.g. from its CRD)",
-            )
+            raise PageNotFound()
         return self.resources[resource]
 
     # ---- faults
@@ -388,7 +461,21 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     # ---- HTTP entry points
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        """kmock's own entry point, with the namespace paths it cannot parse parsed here."""
+        """kmock's own entry point, with the namespace paths it cannot parse parsed here, and
+        large answers sent in pieces as a real API server sends them."""
+        response = await self._serve(raw_request)
+        if isinstance(response, aiohttp.web.Response) and not response.prepared:
+            body = response.body
+            if isinstance(body, bytes) and len(body) > CHUNKED_AFTER_BYTES:
+                return await _send_in_pieces(raw_request, response, body, self.chunk_pause)
+        return response
+
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        if isinstance(exc, PageNotFound):
+            return aiohttp.web.Response(status=404, text="404 page not found\n")
+        return await super()._render_error(exc)
+
+    async def _serve(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         if _NAMESPACE_PATH.fullmatch(raw_request.path) is None:
             return await super().__call__(raw_request)
         # The same steps as kmock.RawHandler.__call__, but with a request parsed correctly.
@@ -408,6 +495,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             fault = self._take_fault(request)
             if fault is not None:
                 raise fault
+            check_query(request.params)
             if request.method.value in WRITE_METHODS and (
                 request.name is not None or request.method.value == "POST"
             ):
@@ -528,13 +616,15 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     def select(
         self, resource: kmock.resource, namespace: str | None, selector: Selector
     ) -> list[Body]:
-        result = []
-        for (res, ns, _name), stored in self.objects.items():
+        """The objects a list returns, in a real API server's order: by their etcd key
+        (`<namespace>/<name>`), not by when they were made."""
+        found = []
+        for (res, ns, name), stored in self.objects.items():
             if res == resource and (namespace is None or ns == namespace) and not stored.deleted:
                 body = stored.raw
                 if selector.matches(body):
-                    result.append(body)
-        return result
+                    found.append((f"{ns}/{name}" if ns else name, body))
+        return [body for _key, body in sorted(found, key=lambda item: item[0])]
 
     def _store(self, key: Key, body: Body) -> None:
         if key in self.objects:
@@ -604,9 +694,40 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                 result = self._update(key, info, current, wanted, subresource, events)
             else:
                 raise api_error(405, "MethodNotAllowed", f"{method} is not emulated")
+            if resource == resource_of(CRDS):
+                self._serve_crd(result["metadata"]["name"])
             for event_resource, kind, event_body in events:
                 await self._publish(event_resource, kind, event_body)
         return result
+
+    def _serve_crd(self, name: str) -> None:
+        """Serve the resources of a CRD once it exists (however it was created), and no longer
+        once it is gone, as a real API server does."""
+        for ref in self._crd_resources.pop(name, ()):
+            self.resources.pop(ref, None)
+            self._schemas.pop(ref, None)
+        crd = self.current((resource_of(CRDS), None, name))
+        if crd is None:
+            return
+        spec = crd["spec"]
+        names = spec["names"]
+        served = []
+        for version in spec["versions"]:
+            if not version.get("served", True):
+                continue
+            ref = resource_of(f"{spec['group']}/{version['name']}/{names['plural']}")
+            self.register(
+                ref,
+                kind=names["kind"],
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                subresources=(version.get("subresources") or {}).keys(),
+                singular=names.get("singular"),
+                shortnames=names.get("shortNames", ()),
+                categories=names.get("categories", ()),
+                openapi=(version.get("schema") or {}).get("openAPIV3Schema"),
+            )
+            served.append(ref)
+        self._crd_resources[name] = served
 
     def _create(
         self,
@@ -1094,7 +1215,7 @@ class RunningOperator:
 
     def __init__(
         self,
-        server: str,
+        connection: kopf.ConnectionInfo,
         *,
         registry: kopf.OperatorRegistry | None,
         settings: kopf.OperatorSettings,
@@ -1104,7 +1225,7 @@ class RunningOperator:
         peering_name: str | None,
         memo: object | None,
     ) -> None:
-        self.server = server
+        self.connection = connection
         self._kwargs: dict[str, Any] = dict(
             registry=registry,
             settings=settings,
@@ -1139,7 +1260,7 @@ class RunningOperator:
         stop = self._stop = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        vault = Vault({"kube-harness": kopf.ConnectionInfo(server=self.server)})
+        vault = Vault({"kube-harness": self.connection})
         existing = asyncio.all_tasks()
         tasks = await kopf.spawn_tasks(
             stop_flag=stop, ready_flag=self._ready, vault=vault, **self._kwargs
@@ -1208,152 +1329,130 @@ def _describe(error: BaseException | None) -> str:
 # --------------------------------------------------------------------------------------------
 # What a test holds.
 
+Namespace = str | None | EllipsisType
+"""A namespace argument: a name, None (cluster-scoped or all namespaces), or `...` for the
+test's own namespace (`Kube.namespace`)."""
 
-@dataclasses.dataclass
-class Kube:
-    """The loopback API server, seen from a test."""
 
-    emulator: ClusterEmulator
-    server: kmock.Server
-    operators: list[RunningOperator] = dataclasses.field(default_factory=list)
+class Identity(enum.Enum):
+    """Who talks to the API. On the emulator they are all the same; on a real control plane each
+    is a user of its own, so that RBAC applies to what the operator does."""
+
+    OPERATOR = "operator"
+    """The operator, with the chart's RBAC (its ServiceAccount)."""
+    USER = "user"
+    """A person or a CI pipeline running the `rollout` CLI or kubectl: a cluster admin."""
+
+
+class Kube(abc.ABC):
+    """A Kubernetes API for one test: the emulator (`EmulatedKube`) or a real kube-apiserver
+    (`kube_real.RealKube`), behind the same helpers.
+
+    Objects helpers (create/find/get/list/patch/delete) are the test's own: on the emulator they
+    bypass HTTP, on a real control plane they are an admin's requests; neither appears in the
+    request log (`calls()`), which holds what the operator and the CLI asked.
+    """
+
+    namespace: str
+    """The test's namespace: "default" on the emulator (a fresh API server per test), a fresh
+    namespace per test on a shared real control plane."""
+    operators: builtins.list[RunningOperator]
+    real: bool = False
+    """True on a real kube-apiserver."""
+
+    def _ns(self, namespace: Namespace) -> str | None:
+        return self.namespace if namespace is ... else namespace
 
     @property
-    def url(self) -> str:
-        return str(self.server.url).rstrip("/")
+    @abc.abstractmethod
+    def url(self) -> str: ...
+
+    @abc.abstractmethod
+    def connection(self, identity: Identity = Identity.OPERATOR) -> kopf.ConnectionInfo:
+        """How a client reaches the API as `identity`: server, CA and token."""
 
     # ---- resources and CRDs
 
+    @abc.abstractmethod
     async def install_crds(self, source: Path | Iterable[Mapping[str, Any]]) -> None:
-        """Register the resources of CRD manifests (or of a directory of YAML files).
+        """Install CRD manifests (or those of a directory of YAML files); served when done."""
 
-        Each served version becomes discoverable and writable, with its scope, status
-        subresource and schema (for pruning); the CRD object itself is stored too, as kopf
-        watches CRDs and rescans a group when one changes.
-        """
-        manifests = crd_manifests(source) if isinstance(source, Path) else list(source)
-        if isinstance(source, Path) and not manifests:
-            raise ValueError(f"no CustomResourceDefinition in {source}/*.yaml")
-        for manifest in manifests:
-            spec = manifest["spec"]
-            names = spec["names"]
-            for version in spec["versions"]:
-                if not version.get("served", True):
-                    continue
-                self.emulator.register(
-                    f"{spec['group']}/{version['name']}/{names['plural']}",
-                    kind=names["kind"],
-                    namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                    subresources=(version.get("subresources") or {}).keys(),
-                    singular=names.get("singular"),
-                    shortnames=names.get("shortNames", ()),
-                    categories=names.get("categories", ()),
-                    openapi=(version.get("schema") or {}).get("openAPIV3Schema"),
-                )
-            name = manifest["metadata"]["name"]
-            if await self.find(CRDS, name, namespace=None) is not None:
-                await self.delete(CRDS, name, namespace=None)
-            await self.create(CRDS, dict(manifest))
-
-    # ---- objects (these do not appear in the request log: they are the test's, not HTTP)
-
+    @abc.abstractmethod
     async def create(
         self, resource: str, body: Mapping[str, Any], namespace: str | None = None
     ) -> Body:
-        """Create an object; the namespace comes from the argument or the body's metadata."""
-        ref = resource_of(resource)
-        created = await self.emulator.write(
-            method="POST", resource=ref, namespace=namespace, name=None, body=dict(body)
-        )
-        return copy.deepcopy(created)
+        """Create an object; the namespace comes from the argument, the body's metadata or the
+        test's namespace, in that order."""
 
-    async def find(
-        self, resource: str, name: str, namespace: str | None = DEFAULT_NAMESPACE
-    ) -> Body | None:
+    @abc.abstractmethod
+    async def find(self, resource: str, name: str, namespace: Namespace = ...) -> Body | None:
         """The object, or None if it does not exist."""
-        ref = resource_of(resource)
-        async with self.emulator._lock:
-            namespace = namespace if self.emulator.info(ref).namespaced else None
-            body = self.emulator.current((ref, namespace, name))
-        return copy.deepcopy(body)
 
-    async def get(
-        self, resource: str, name: str, namespace: str | None = DEFAULT_NAMESPACE
-    ) -> Body:
+    async def gone(self, resource: str, name: str, namespace: Namespace = ...) -> bool:
+        """True when the object does not exist (for `wait_for`)."""
+        return await self.find(resource, name, namespace) is None
+
+    async def get(self, resource: str, name: str, namespace: Namespace = ...) -> Body:
         """The object; raises KeyError if it does not exist."""
         body = await self.find(resource, name, namespace)
         if body is None:
-            raise KeyError(f"{resource} {namespace}/{name} does not exist")
+            raise KeyError(f"{resource} {self._ns(namespace)}/{name} does not exist")
         return body
 
+    @abc.abstractmethod
     async def list(
         self,
         resource: str,
-        namespace: str | None = None,
+        namespace: Namespace = None,
         *,
         labels: str | Mapping[str, str] = "",
         fields: str = "",
-    ) -> list[Body]:
+    ) -> builtins.list[Body]:
         """Objects of a resource (all namespaces by default), filtered like a list request."""
-        if isinstance(labels, Mapping):
-            labels = ",".join(f"{k}={v}" for k, v in labels.items())
-        selector = Selector.parse(labels, fields)
-        ref = resource_of(resource)
-        async with self.emulator._lock:
-            items = self.emulator.select(ref, namespace, selector)
-        return copy.deepcopy(items)
 
+    @abc.abstractmethod
     async def patch(
         self,
         resource: str,
         name: str,
         patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        namespace: str | None = DEFAULT_NAMESPACE,
+        namespace: Namespace = ...,
         *,
         subresource: str | None = None,
     ) -> Body:
         """Merge-patch an object (a list is sent as a JSON patch); the result is returned."""
-        body: Any = dict(patch) if isinstance(patch, Mapping) else [dict(op) for op in patch]
-        result = await self.emulator.write(
-            method="PATCH",
-            resource=resource_of(resource),
-            namespace=namespace,
-            name=name,
-            subresource=subresource,
-            body=body,
-            content_type=MERGE_PATCH if isinstance(patch, Mapping) else JSON_PATCH,
-        )
-        return copy.deepcopy(result)
 
     async def patch_status(
-        self,
-        resource: str,
-        name: str,
-        status: Mapping[str, Any],
-        namespace: str | None = DEFAULT_NAMESPACE,
+        self, resource: str, name: str, status: Mapping[str, Any], namespace: Namespace = ...
     ) -> Body:
         """Merge-patch `status` through the status subresource, as a controller or kubelet does."""
         return await self.patch(
             resource, name, {"status": dict(status)}, namespace, subresource="status"
         )
 
-    async def delete(
-        self, resource: str, name: str, namespace: str | None = DEFAULT_NAMESPACE
-    ) -> Body:
+    @abc.abstractmethod
+    async def delete(self, resource: str, name: str, namespace: Namespace = ...) -> Body:
         """Delete (or mark for deletion while finalizers remain) an object."""
-        result = await self.emulator.write(
-            method="DELETE", resource=resource_of(resource), namespace=namespace, name=name
-        )
-        return copy.deepcopy(result)
 
     async def create_namespace(self, name: str) -> Body:
         return await self.create(NAMESPACES, {"metadata": {"name": name}})
 
+    async def new_namespace(self, suffix: str) -> str:
+        """A further namespace for this test (`<namespace>-<suffix>` on a real control plane)."""
+        name = suffix if not self.real else f"{self.namespace}-{suffix}"
+        await self.create_namespace(name)
+        return name
+
     # ---- the kubelet
+
+    @abc.abstractmethod
+    async def _schedule(self, pod: Body) -> None:
+        """Bind the Pod to the test's node before its status is set, if it is not yet."""
 
     async def set_pod_status(
         self,
         name: str,
-        namespace: str = DEFAULT_NAMESPACE,
+        namespace: Namespace = ...,
         *,
         containers: Mapping[str, Mapping[str, Any]] | None = None,
         phase: str | None = None,
@@ -1367,14 +1466,17 @@ class Kube:
         `running()`, `terminated()` or `waiting()`; containers not named keep their state
         (or are "waiting: ContainerCreating"). Without `phase`, it follows from the states as
         for `restartPolicy: Never`: all terminated with 0 -> Succeeded, all terminated -> Failed,
-        any running -> Running, else Pending.
+        any running -> Running, else Pending. A Pod that gets running or terminated containers
+        is bound to the test's node first, as the scheduler would have done.
         """
         pod = await self.get(PODS, name, namespace)
         spec_containers = [c for c in pod.get("spec", {}).get("containers", [])]
         known = {c["name"] for c in spec_containers}
         unknown = set(containers or {}) - known
         if unknown:
-            raise ValueError(f"pod {namespace}/{name} has no containers {sorted(unknown)}")
+            raise ValueError(
+                f"pod {self._ns(namespace)}/{name} has no containers {sorted(unknown)}"
+            )
         old_statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses", [])}
         statuses = []
         for container in spec_containers:
@@ -1383,11 +1485,13 @@ class Kube:
                 old = old_statuses.get(container["name"])
                 state = old["state"] if old else waiting("ContainerCreating")
             is_running = "running" in state
+            old = old_statuses.get(container["name"])
+            container_id = (old or {}).get("containerID") or f"containerd://{uuid.uuid4().hex}"
             statuses.append({
                 "name": container["name"],
                 "image": container.get("image", ""),
                 "imageID": "",
-                "containerID": None if "waiting" in state else f"containerd://{uuid.uuid4().hex}",
+                "containerID": None if "waiting" in state else container_id,
                 "ready": is_running,
                 "started": is_running,
                 "restartCount": 0,
@@ -1401,10 +1505,15 @@ class Kube:
         if phase is None:
             phase = _phase_of(states)
         all_ready = bool(statuses) and all(s["ready"] for s in statuses)
+        scheduled = conditions is None or any(
+            c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions
+        )
+        if scheduled and any("waiting" not in s for s in states):
+            await self._schedule(pod)
         new_status: Body = {
             "phase": phase,
             "containerStatuses": statuses,
-            "conditions": list(conditions)
+            "conditions": builtins.list(conditions)
             if conditions is not None
             else [
                 {"type": "PodScheduled", "status": "True"},
@@ -1417,7 +1526,7 @@ class Kube:
             new_status["startTime"] = now()
         return await self.patch_status(PODS, name, new_status, namespace)
 
-    async def run_pod(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> Body:
+    async def run_pod(self, name: str, namespace: Namespace = ...) -> Body:
         """All of the Pod's containers running, phase Running."""
         pod = await self.get(PODS, name, namespace)
         names = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
@@ -1426,7 +1535,7 @@ class Kube:
     async def finish_pod(
         self,
         name: str,
-        namespace: str = DEFAULT_NAMESPACE,
+        namespace: Namespace = ...,
         *,
         exit_codes: Mapping[str, int] | None = None,
         messages: Mapping[str, str] | None = None,
@@ -1441,13 +1550,13 @@ class Kube:
 
     # ---- the request log
 
+    @abc.abstractmethod
     def mark(self) -> int:
         """A position in the request log, for `calls(since=...)`."""
-        return len(self.emulator._requests)
 
+    @abc.abstractmethod
     def calls(self, since: int = 0) -> builtins.list[ApiCall]:
-        """Every HTTP request the server received, oldest first (test helpers make none)."""
-        return [ApiCall.of(request) for request in self.emulator._requests[since:]]
+        """Every request the operator and the CLI made, oldest first (test helpers make none)."""
 
     def writes(
         self,
@@ -1471,6 +1580,7 @@ class Kube:
 
     # ---- errors on demand
 
+    @abc.abstractmethod
     def fail(
         self,
         method: str,
@@ -1483,18 +1593,9 @@ class Kube:
         message: str = "injected by the test",
         times: int = 1,
     ) -> None:
-        """Answer the next `times` matching requests with an error instead of serving them."""
-        self.emulator.add_fault(
-            Fault(
-                method=method.upper(),
-                resource=resource_of(resource) if resource else None,
-                name=name,
-                subresource=None if subresource is ... else subresource,
-                any_subresource=subresource is ...,
-                error=api_error(status, reason, message),
-                remaining=times,
-            )
-        )
+        """Answer the next `times` matching requests with an error instead of serving them
+        (the emulator only: a real API server fails on no one's demand; tests that need it are
+        skipped there)."""
 
     # ---- waiting and the operator
 
@@ -1550,24 +1651,26 @@ class Kube:
         *,
         registry: kopf.OperatorRegistry | None = None,
         settings: kopf.OperatorSettings | None = None,
-        namespaces: Sequence[str] = (DEFAULT_NAMESPACE,),
+        namespaces: Sequence[str] | None = None,
         clusterwide: bool = False,
         standalone: bool | None = None,
         peering_name: str | None = None,
         memo: object | None = None,
         ready_timeout: float = 10.0,
     ) -> AsyncIterator[RunningOperator]:
-        """Run a kopf operator against this server for the duration of the block.
+        """Run a kopf operator against this API for the duration of the block, as the operator
+        (with the chart's RBAC on a real control plane).
 
-        `registry=None` means kopf's default registry (where module-level `@kopf.on...`
-        handlers go); `settings=None` means `fast_settings()`. It is stopped gracefully at the
-        end of the block unless it was stopped or killed inside it.
+        `namespaces=None` means the test's namespace; `registry=None` means kopf's default
+        registry (where module-level `@kopf.on...` handlers go); `settings=None` means
+        `fast_settings()`. It is stopped gracefully at the end of the block unless it was
+        stopped or killed inside it.
         """
         running = RunningOperator(
-            self.url,
+            self.connection(Identity.OPERATOR),
             registry=registry,
             settings=settings if settings is not None else fast_settings(),
-            namespaces=namespaces,
+            namespaces=namespaces if namespaces is not None else (self.namespace,),
             clusterwide=clusterwide,
             standalone=False if standalone is None and peering_name is not None else standalone,
             peering_name=peering_name,
@@ -1582,23 +1685,185 @@ class Kube:
                 await running.stop()
             self.operators.remove(running)
 
-    def write_kubeconfig(self, path: Path, namespace: str = DEFAULT_NAMESPACE) -> Path:
-        """A kubeconfig that points at this server, for subprocesses and the kubernetes client."""
+    def client_configuration(
+        self, identity: Identity = Identity.OPERATOR
+    ) -> kubernetes.client.Configuration:
+        """A `kubernetes` client configuration for this API as `identity`."""
+        info = self.connection(identity)
+        configuration = kubernetes.client.Configuration()
+        configuration.host = info.server
+        if info.ca_path:
+            configuration.ssl_ca_cert = info.ca_path
+        if info.token:
+            configuration.api_key = {"authorization": f"Bearer {info.token}"}
+        return configuration
+
+    def write_kubeconfig(
+        self,
+        path: Path,
+        namespace: str | None = None,
+        identity: Identity = Identity.USER,
+    ) -> Path:
+        """A kubeconfig that points at this API (the test's namespace unless another is named),
+        for subprocesses and the kubernetes client; a user's unless `identity` says otherwise."""
+        info = self.connection(identity)
+        cluster: Body = {"server": info.server}
+        if info.ca_path:
+            cluster["certificate-authority"] = info.ca_path
+        context = {
+            "cluster": "test",
+            "user": identity.value,
+            "namespace": namespace or self.namespace,
+        }
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
-            "users": [{"name": "kmock", "user": {"token": "kmock"}}],
-            "contexts": [
-                {
-                    "name": "kmock",
-                    "context": {"cluster": "kmock", "user": "kmock", "namespace": namespace},
-                }
-            ],
-            "current-context": "kmock",
+            "clusters": [{"name": "test", "cluster": cluster}],
+            "users": [{"name": identity.value, "user": {"token": info.token or "kmock"}}],
+            "contexts": [{"name": "test", "context": context}],
+            "current-context": "test",
         }
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         return path
+
+
+@dataclasses.dataclass
+class EmulatedKube(Kube):
+    """The loopback API server (the emulator above), seen from a test."""
+
+    emulator: ClusterEmulator
+    server: kmock.Server
+    operators: builtins.list[RunningOperator] = dataclasses.field(default_factory=list)
+    namespace: str = DEFAULT_NAMESPACE
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url).rstrip("/")
+
+    def connection(self, identity: Identity = Identity.OPERATOR) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=self.url)
+
+    # ---- resources and CRDs
+
+    async def install_crds(self, source: Path | Iterable[Mapping[str, Any]]) -> None:
+        """Register the resources of CRD manifests (or of a directory of YAML files).
+
+        The CRD objects are created as a client would create them (the emulator serves a CRD's
+        resources from the moment it is created, as a real API server does once it is
+        established); an existing one is replaced.
+        """
+        manifests = crd_manifests(source) if isinstance(source, Path) else builtins.list(source)
+        if isinstance(source, Path) and not manifests:
+            raise ValueError(f"no CustomResourceDefinition in {source}/*.yaml")
+        for manifest in manifests:
+            name = manifest["metadata"]["name"]
+            if await self.find(CRDS, name, namespace=None) is not None:
+                await self.delete(CRDS, name, namespace=None)
+            await self.create(CRDS, dict(manifest))
+
+    # ---- objects (these do not appear in the request log: they are the test's, not HTTP)
+
+    async def create(
+        self, resource: str, body: Mapping[str, Any], namespace: str | None = None
+    ) -> Body:
+        ref = resource_of(resource)
+        if namespace is None and not _body_meta(body).get("namespace"):
+            namespaced = ref in self.emulator.resources and self.emulator.info(ref).namespaced
+            namespace = self.namespace if namespaced else None
+        created = await self.emulator.write(
+            method="POST", resource=ref, namespace=namespace, name=None, body=dict(body)
+        )
+        return copy.deepcopy(created)
+
+    async def find(self, resource: str, name: str, namespace: Namespace = ...) -> Body | None:
+        ref = resource_of(resource)
+        async with self.emulator._lock:
+            found_in = self._ns(namespace) if self.emulator.info(ref).namespaced else None
+            body = self.emulator.current((ref, found_in, name))
+        return copy.deepcopy(body)
+
+    async def list(
+        self,
+        resource: str,
+        namespace: Namespace = None,
+        *,
+        labels: str | Mapping[str, str] = "",
+        fields: str = "",
+    ) -> builtins.list[Body]:
+        if isinstance(labels, Mapping):
+            labels = ",".join(f"{k}={v}" for k, v in labels.items())
+        selector = Selector.parse(labels, fields)
+        ref = resource_of(resource)
+        async with self.emulator._lock:
+            items = self.emulator.select(ref, self._ns(namespace), selector)
+        return copy.deepcopy(items)
+
+    async def patch(
+        self,
+        resource: str,
+        name: str,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        namespace: Namespace = ...,
+        *,
+        subresource: str | None = None,
+    ) -> Body:
+        body: Any = dict(patch) if isinstance(patch, Mapping) else [dict(op) for op in patch]
+        result = await self.emulator.write(
+            method="PATCH",
+            resource=resource_of(resource),
+            namespace=self._ns(namespace),
+            name=name,
+            subresource=subresource,
+            body=body,
+            content_type=MERGE_PATCH if isinstance(patch, Mapping) else JSON_PATCH,
+        )
+        return copy.deepcopy(result)
+
+    async def delete(self, resource: str, name: str, namespace: Namespace = ...) -> Body:
+        result = await self.emulator.write(
+            method="DELETE",
+            resource=resource_of(resource),
+            namespace=self._ns(namespace),
+            name=name,
+        )
+        return copy.deepcopy(result)
+
+    async def _schedule(self, pod: Body) -> None:
+        pass  # the emulator takes status for any Pod, bound or not
+
+    # ---- the request log
+
+    def mark(self) -> int:
+        return len(self.emulator._requests)
+
+    def calls(self, since: int = 0) -> builtins.list[ApiCall]:
+        return [ApiCall.of(request) for request in self.emulator._requests[since:]]
+
+    # ---- errors on demand
+
+    def fail(
+        self,
+        method: str,
+        resource: str | None = None,
+        *,
+        name: str | None = None,
+        subresource: str | EllipsisType | None = ...,
+        status: int = 500,
+        reason: str = "InternalError",
+        message: str = "injected by the test",
+        times: int = 1,
+    ) -> None:
+        self.emulator.add_fault(
+            Fault(
+                method=method.upper(),
+                resource=resource_of(resource) if resource else None,
+                name=name,
+                subresource=None if subresource is ... else subresource,
+                any_subresource=subresource is ...,
+                error=api_error(status, reason, message),
+                remaining=times,
+            )
+        )
 
 
 def _phase_of(states: Sequence[Mapping[str, Any]]) -> str:
@@ -1654,7 +1919,7 @@ async def kube_api(
     *,
     crds: Path | Iterable[Mapping[str, Any]] = (),
     namespaces: Iterable[str] = (DEFAULT_NAMESPACE,),
-) -> AsyncIterator[Kube]:
+) -> AsyncIterator[EmulatedKube]:
     """Start the API server on 127.0.0.1 (a free port) with the built-in resources of a recent
     Kubernetes (kmock's bundled discovery data), the given CRDs and namespaces.
 
@@ -1670,7 +1935,7 @@ async def kube_api(
         warnings.simplefilter("ignore", DeprecationWarning)
         emulator.resources.load_bundled()
     async with emulator, kmock.Server(emulator, server_cls=_TestServer) as server:
-        kube = Kube(emulator=emulator, server=server)
+        kube = EmulatedKube(emulator=emulator, server=server)
         for namespace in namespaces:
             await kube.create_namespace(namespace)
         await kube.install_crds(crds if isinstance(crds, Path) else list(crds))

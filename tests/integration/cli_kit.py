@@ -375,7 +375,7 @@ def rollout_job(
     job_name: str | None = None,
     storage: Mapping[str, Any] | None = None,
     status: Mapping[str, Any] | None = None,
-    namespace: str = "default",
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """A RolloutJob as `rollout run` applies it (status is set separately, through /status)."""
     spec: dict[str, Any] = {
@@ -390,17 +390,19 @@ def rollout_job(
     }
     if storage is not None:
         spec["storage"] = dict(storage)
-    body: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    body: dict[str, Any] = {"metadata": metadata, "spec": spec}
     if status is not None:
         body["status"] = dict(status)
     return body
 
 
 async def create_job(kube: Kube, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Create the RolloutJob and write its status as the operator would."""
-    namespace = body["metadata"].get("namespace", "default")
+    """Create the RolloutJob (in the test's namespace unless it names one) and write its status
+    as the operator would."""
     created = await kube.create(ROLLOUT_JOBS, {k: v for k, v in body.items() if k != "status"})
     if "status" in body:
+        namespace = created["metadata"]["namespace"]
         created = await kube.patch_status(
             ROLLOUT_JOBS, body["metadata"]["name"], body["status"], namespace
         )

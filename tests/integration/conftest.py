@@ -1,14 +1,19 @@
-"""Fixtures for integration tests: a real S3 endpoint (moto's server mode) on loopback."""
+"""Fixtures for integration tests: a real S3 endpoint (moto's server mode) on loopback, and the
+Kubernetes API (a real control plane where one is installed, else the emulator)."""
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
 import pytest
 from pydantic import SecretStr
 
+import kube_real
+from kube import CRDS_DIR, Kube, kube_api
+from kube_real import ControlPlane, RealKube
 from rollout.storage import ObjectStore, StorageSettings
 from s3server import S3Server
 
@@ -68,3 +73,51 @@ def s3_settings(make_s3_settings: MakeS3Settings) -> StorageSettings:
     settings = make_s3_settings()
     ObjectStore(settings).ensure_bucket()
     return settings
+
+
+# --- the Kubernetes API: a real control plane where its binaries are, else the emulator -----
+
+BACKEND_ENV = "ROLLOUT_TEST_KUBE"
+"""`emulator` or `real` to choose the Kubernetes API of the operator's and the CLI's tests;
+unset: a real control plane when kube_real finds its binaries, else the emulator."""
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane | None]:
+    """The session's real control plane, or None where the emulator serves instead."""
+    wanted = os.environ.get(BACKEND_ENV, "")
+    if wanted not in ("", "emulator", "real"):
+        raise pytest.UsageError(f"{BACKEND_ENV} must be 'emulator' or 'real', not {wanted!r}")
+    reason = kube_real.unavailable_reason()
+    if wanted == "emulator" or (wanted == "" and reason is not None):
+        yield None
+        return
+    if reason is not None:
+        pytest.fail(f"{BACKEND_ENV}=real, but {reason}")
+    binaries = kube_real.find_binaries()
+    assert binaries is not None
+    plane = ControlPlane(binaries, tmp_path_factory.mktemp("control-plane"))
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+async def kube(control_plane: ControlPlane | None) -> AsyncIterator[Kube]:
+    """The test's Kubernetes API with the rollout CRDs: a namespace of the real control plane,
+    or a fresh emulator. `kube.namespace` is the test's namespace."""
+    if control_plane is None:
+        async with kube_api(crds=CRDS_DIR) as emulated:
+            yield emulated
+    else:
+        async with RealKube.for_test(control_plane) as real:
+            yield real
+
+
+@pytest.fixture
+async def emulated_kube() -> AsyncIterator[Kube]:
+    """The emulator, whatever the session's backend: for what only it does (injected errors)."""
+    async with kube_api(crds=CRDS_DIR) as emulated:
+        yield emulated

@@ -18,7 +18,7 @@ import kubernetes.client
 from prometheus_client import CollectorRegistry
 
 import rollout.controller.handlers  # noqa: F401 - registers the operator's handlers
-from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Kube
+from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Identity, Kube
 from rollout.api.bundle import build_manifest, canonical_json, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
@@ -29,7 +29,6 @@ from rollout.storage import ObjectStore, StorageSettings
 
 GROUP = "rollout.dev"
 VERSION = "v1alpha1"
-NS = "default"
 RUNNER_IMAGE = "registry.example/rollout-runner:test"
 TASK_IMAGE = "registry.example/task-env:1"
 AGENTS = [
@@ -77,7 +76,7 @@ def publish(store: ObjectStore, dataset_dir: Path) -> dict[str, str]:
 def operator_config(storage: StorageSettings | None, **overrides: Any) -> OperatorConfig:
     """The operator's configuration for tests: standalone, fast status updates and graces."""
     values: dict[str, Any] = {
-        "namespaces": [NS],
+        "namespaces": ["default"],  # any: kopf's namespaces come from Kube.operator()
         "runner_image": RUNNER_IMAGE,
         "storage": storage,
         "peering_name": None,
@@ -90,11 +89,10 @@ def operator_config(storage: StorageSettings | None, **overrides: Any) -> Operat
     return OperatorConfig(**values)
 
 
-def operator_memo(url: str, config: OperatorConfig) -> kopf.Memo:
-    """The memo the operator starts with: its config, an API client for the loopback server and
-    metrics in a registry of their own (several operators run in one test process)."""
-    configuration = kubernetes.client.Configuration()
-    configuration.host = url
+def operator_memo(kube: Kube, config: OperatorConfig) -> kopf.Memo:
+    """The memo the operator starts with: its config, an API client for the test's API (as the
+    operator) and metrics in a registry of their own (several operators run in one process)."""
+    configuration = kube.client_configuration(Identity.OPERATOR)
     configuration.connection_pool_maxsize = 16
     return kopf.Memo(
         config=config,
@@ -115,7 +113,7 @@ def job_manifest(
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RolloutJob",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name},  # created in the test's namespace
         "spec": {
             "agents": [dict(a) for a in agents],
             "datasets": [dict(d) for d in datasets],
@@ -195,7 +193,7 @@ async def play_kubelet(
         return trial is not None and trial.get("status", {}).get("phase") == "Running"
 
     async def step() -> Any:
-        for pod in await kube.list(PODS, NS, labels="rollout.dev/trial"):
+        for pod in await kube.list(PODS, ..., labels="rollout.dev/trial"):
             name = pod["metadata"]["name"]
             if name in finished or pod["metadata"].get("deletionTimestamp"):
                 continue

@@ -4,7 +4,6 @@ real S3 endpoint, with the results a job's trials left in storage."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from cli_kit import (
     write_results,
 )
 
-from kube import CRDS_DIR, ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, Kube, kube_api
+from kube import ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, Kube
 from rollout.api.translate import resource_name
 from rollout.api.trials import trial_resource_name
 from rollout.storage import ObjectStore, StorageSettings
@@ -30,12 +29,6 @@ pytestmark = pytest.mark.integration
 EVAL = "My Eval"
 NAME = resource_name(EVAL)
 REWARDS = rewards_of(TRIALS)
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR) as kube:
-        yield kube
 
 
 @pytest.fixture
@@ -181,8 +174,14 @@ async def test_logs_of_a_trial_named_by_its_rollouttrial(
         "datasetName": "alpha",
         "taskName": "count",
         "attempt": 1,
+        "taskContentHash": "c" * 64,
+        "image": "debian:bookworm-slim",
+        "resources": {"cpus": "1", "memory": "1G", "storage": "1G"},
+        "timeouts": {"agentInstallSec": 60, "agentSec": 60, "verifierSec": 60, "buildSec": 600},
+        "storage": {"bucket": "b"},
+        "runnerImage": "runner:1",
     }
-    await kube.create(ROLLOUT_TRIALS, {"metadata": {"name": trial}, "spec": spec}, "default")
+    await kube.create(ROLLOUT_TRIALS, {"metadata": {"name": trial}, "spec": spec})
     outcome = await cli.run(
         capsys, "logs", EVAL, trial, "--phase", "agent", *cli.cluster_args(), *endpoint_only(cli)
     )
@@ -201,8 +200,8 @@ async def test_logs_of_a_trial_named_by_its_rollouttrial(
         ("coder/beta/sort__1", "verifier", "error: no verifier output of trial "
          "coder/beta/sort__1 of job My Eval in storage at s3://{bucket}/jobs/My Eval/coder/beta/"
          "sort__1/: the phase has not run, or the trial has not finished yet\n"),
-        ("no-such-trial", None, "error: no RolloutTrial no-such-trial in namespace default "
-         "({url}, context kmock); name the trial as <agent>/<dataset>/<task>__<n> "
+        ("no-such-trial", None, "error: no RolloutTrial no-such-trial in namespace {namespace} "
+         "({url}, context test); name the trial as <agent>/<dataset>/<task>__<n> "
          "(e.g. oracle/tasks/hello__1)\n"),
     ],
 )  # fmt: skip
@@ -219,7 +218,8 @@ async def test_logs_of_what_is_not_there(
     args = ["logs", EVAL, trial, *cli.cluster_args(), *endpoint_only(cli)]
     outcome = await cli.run(capsys, *args, *(["--phase", phase] if phase else []))
     assert outcome.code == 1
-    assert outcome.stderr == error.format(bucket=s3_settings.bucket, url=kube.url)
+    expected = error.format(bucket=s3_settings.bucket, url=kube.url, namespace=kube.namespace)
+    assert outcome.stderr == expected
     assert outcome.stdout == ""
 
 
@@ -237,7 +237,7 @@ async def test_cancel_deletes_the_job_and_says_what_storage_keeps(
     owner = {"apiVersion": "rollout.dev/v1alpha1", "kind": "RolloutJob", "name": NAME,
              "uid": job["metadata"]["uid"]}  # fmt: skip
     secret = {"metadata": {"name": f"{NAME}-agent-env", "ownerReferences": [owner]}, "data": {}}
-    await kube.create(SECRETS, secret, "default")
+    await kube.create(SECRETS, secret)
     store = ObjectStore(s3_settings)
     store.put_bytes("datasets/" + "a" * 64 + ".json", b"{}")
 
@@ -247,11 +247,12 @@ async def test_cancel_deletes_the_job_and_says_what_storage_keeps(
         ("DELETE", ROLLOUT_JOBS, NAME)
     ]
     assert await kube.find(ROLLOUT_JOBS, NAME) is None
-    assert await kube.find(SECRETS, f"{NAME}-agent-env") is None
+    # The garbage collector deletes what the job owned.
+    await kube.wait_for(lambda: kube.gone(SECRETS, f"{NAME}-agent-env"), what="Secret deleted")
     where = f"s3://{s3_settings.bucket}/jobs/{EVAL}/"
     assert outcome.stdout.splitlines() == [
-        f"deleted RolloutJob {NAME} in namespace default: its RolloutTrials, their Pods and its "
-        "agent env Secret are deleted with it",
+        f"deleted RolloutJob {NAME} in namespace {kube.namespace}: its RolloutTrials, their Pods "
+        "and its agent env Secret are deleted with it",
         f"kept in storage: {len(finished)} objects of results under {where} (download them "
         f"with: rollout download {EVAL}) and the dataset bundles (datasets/, tasks/)",
     ]
@@ -259,7 +260,7 @@ async def test_cancel_deletes_the_job_and_says_what_storage_keeps(
 
     again = await cli.run(capsys, "cancel", EVAL, *cli.cluster_args(), *endpoint_only(cli))
     assert again.code == 1
-    assert again.stderr.startswith(f"error: no RolloutJob {EVAL} in namespace default")
+    assert again.stderr.startswith(f"error: no RolloutJob {EVAL} in namespace {kube.namespace}")
 
 
 async def test_cancel_with_delete_results_empties_the_jobs_prefix_only(

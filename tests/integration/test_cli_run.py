@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,7 @@ from cli_kit import (
     write_results,
 )
 
-from kube import CRDS_DIR, ROLLOUT_JOBS, SECRETS, Kube, kube_api
+from kube import ROLLOUT_JOBS, SECRETS, Kube
 from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.taskdir import task_content_hash
@@ -44,12 +43,6 @@ pytestmark = pytest.mark.integration
 
 JOB = "two-by-two"
 SECRET = f"{JOB}-agent-env"
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR) as kube:
-        yield kube
 
 
 @pytest.fixture
@@ -208,7 +201,7 @@ async def test_run_applies_publishes_follows_and_downloads(
     assert _row(table, "oracle") == ["oracle", "4", "4", "0", "100.0%", "1.000"]
     assert _row(table, "all") == ["all", "8", "7", "1", "85.7%", "0.857"]
     assert "Metrics: mean 0.857, max 1.000" in table
-    assert f"created RolloutJob {JOB} in namespace default" in outcome.stderr
+    assert f"created RolloutJob {JOB} in namespace {kube.namespace}" in outcome.stderr
     assert "uploaded 2 task archives and the manifest" in outcome.stderr
     assert "uploaded 1 task archive and the manifest" in outcome.stderr
     assert SECRET_VALUE not in outcome.stdout + outcome.stderr
@@ -269,7 +262,8 @@ async def test_a_deleted_job_exits_3_and_says_where_results_are(
     assert outcome.code == 3
     assert f"RolloutJob {JOB} was deleted before it finished" in outcome.stderr
     assert f"rollout download {JOB}" in outcome.stderr
-    assert await kube.find(SECRETS, SECRET) is None  # the ownerReference cascaded
+    # The ownerReference cascades (the garbage collector's work).
+    await kube.wait_for(lambda: kube.gone(SECRETS, SECRET), what="the job's Secret deleted")
 
 
 async def test_the_watch_is_made_again_when_the_server_ends_it(
@@ -338,8 +332,8 @@ async def test_a_refused_rolloutjob_leaves_no_secret_behind(
     outcome = await cli.run(capsys, *run_args(cli, workspace.job_file()))
     assert outcome.code == 1
     assert outcome.stderr.splitlines()[-1] == (
-        f"error: cannot create RolloutJob {JOB} in namespace default ({kube.url}, context kmock): "
-        "not allowed here (403 Forbidden)"
+        f"error: cannot create RolloutJob {JOB} in namespace {kube.namespace} ({kube.url}, "
+        "context test): not allowed here (403 Forbidden)"
     )
     writes = [(c.method, c.resource, c.name) for c in kube.writes()]
     assert writes == [

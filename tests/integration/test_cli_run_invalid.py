@@ -4,14 +4,14 @@ created anywhere (no write request to the API server, no object in storage)."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cli_kit import Cli, Workspace
+from cli_kit import Cli, Workspace, rollout_job
 
-from kube import CRDS_DIR, ROLLOUT_JOBS, Kube, kube_api
+from kube import ROLLOUT_JOBS, Kube, kube_api
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
@@ -147,12 +147,6 @@ CASES = {
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR) as kube:
-        yield kube
-
-
-@pytest.fixture
 def workspace(tmp_path: Path) -> Workspace:
     (tmp_path / "work").mkdir()
     return Workspace(tmp_path / "work")
@@ -202,14 +196,14 @@ async def test_an_existing_rolloutjob_of_that_name_is_not_touched(
     s3_settings: StorageSettings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    existing = {"metadata": {"name": "two-by-two"}, "spec": {"jobName": "two-by-two"}}
-    await kube.create(ROLLOUT_JOBS, existing, namespace="default")
+    existing = rollout_job("two-by-two")
+    await kube.create(ROLLOUT_JOBS, existing)
     args = ["run", str(workspace.job_file()), *cli.cluster_args(), *cli.storage_args()]
     outcome = await cli.run(capsys, *args)
     assert outcome.code == 1
     assert outcome.stderr == (
-        "error: a RolloutJob two-by-two (Pending) already exists in namespace default "
-        f"({kube.url}, context kmock): follow it with `rollout status two-by-two --watch`, "
+        f"error: a RolloutJob two-by-two (Pending) already exists in namespace {kube.namespace} "
+        f"({kube.url}, context test): follow it with `rollout status two-by-two --watch`, "
         "delete it with `rollout cancel two-by-two`, or give the job another name in "
         f"{workspace.root / 'two-by-two.yaml'}\n"
     )

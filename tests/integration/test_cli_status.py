@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from cli_kit import (
     wait_for_watch,
 )
 
-from kube import CRDS_DIR, ROLLOUT_JOBS, Kube, kube_api
+from kube import ROLLOUT_JOBS, Kube
 from rollout.api.translate import resource_name
 from rollout.storage import StorageSettings
 
@@ -29,19 +28,15 @@ EVAL_RESOURCE = resource_name(EVAL)
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR, namespaces=("default", "evals")) as kube:
-        yield kube
-
-
-@pytest.fixture
 def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
     (tmp_path / "home").mkdir()
     return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
 
 @pytest.fixture
-async def jobs(kube: Kube) -> None:
+async def jobs(kube: Kube) -> str:
+    """Two jobs in the test's namespace, one in another namespace (whose name is returned)."""
+    evals = await kube.new_namespace("evals")
     await create_job(
         kube,
         rollout_job(
@@ -49,7 +44,8 @@ async def jobs(kube: Kube) -> None:
         ),
     )
     await create_job(kube, rollout_job("nightly", status=job_status("Completed", REWARDS)))
-    await create_job(kube, rollout_job("other", namespace="evals"))
+    await create_job(kube, rollout_job("other", namespace=evals))
+    return evals
 
 
 def cells(line: str) -> list[str]:
@@ -57,7 +53,7 @@ def cells(line: str) -> list[str]:
 
 
 async def test_status_lists_the_jobs_of_the_namespace(
-    kube: Kube, cli: Cli, jobs: None, capsys: pytest.CaptureFixture[str]
+    kube: Kube, cli: Cli, jobs: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     outcome = await cli.run(capsys, "status", *cli.cluster_args())
     assert outcome.code == 0, outcome.stderr
@@ -70,23 +66,23 @@ async def test_status_lists_the_jobs_of_the_namespace(
     assert all(cells(row)[-1].endswith("s") for row in rows)  # created seconds ago
 
     everywhere = await cli.run(capsys, "status", "-A", *cli.cluster_args())
-    assert [cells(row)[:2] for row in everywhere.stdout.splitlines()[1:]] == [
-        ["default", EVAL_RESOURCE],
-        ["default", "nightly"],
-        ["evals", "other"],
-    ]
+    ours = {kube.namespace, jobs}  # a shared real control plane has other tests' namespaces
+    listed = [cells(row)[:2] for row in everywhere.stdout.splitlines()[1:]]
+    expected = [[kube.namespace, EVAL_RESOURCE], [kube.namespace, "nightly"], [jobs, "other"]]
+    # In the API server's order (by namespace/name, as etcd keeps them).
+    assert [row for row in listed if row[0] in ours] == sorted(expected, key="/".join)
     empty = await cli.run(capsys, "status", "-n", "kube-system", *cli.cluster_args())
     assert empty.stdout.startswith("no RolloutJobs in namespace kube-system (")
 
 
 async def test_status_of_one_job_by_its_job_name(
-    kube: Kube, cli: Cli, jobs: None, capsys: pytest.CaptureFixture[str]
+    kube: Kube, cli: Cli, jobs: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     outcome = await cli.run(capsys, "status", EVAL, *cli.cluster_args())
     assert outcome.code == 0, outcome.stderr
     lines = outcome.stdout.splitlines()
     assert lines[:6] == [
-        f"Job:         My Eval (RolloutJob {EVAL_RESOURCE} in namespace default)",
+        f"Job:         My Eval (RolloutJob {EVAL_RESOURCE} in namespace {kube.namespace})",
         "Phase:       Running",
         "Trials:      3/8 done, 5 running, 3 completed, 0 failed",
         "Pass rate:   66.7%",
@@ -102,13 +98,13 @@ async def test_status_of_a_missing_job(
     outcome = await cli.run(capsys, "status", "nope", *cli.cluster_args())
     assert outcome.code == 1
     assert outcome.stderr == (
-        f"error: no RolloutJob nope in namespace default ({kube.url}, context kmock)\n"
+        f"error: no RolloutJob nope in namespace {kube.namespace} ({kube.url}, context test)\n"
     )
 
 
 @pytest.mark.parametrize(("phase", "code"), [("Completed", 0), ("Failed", 1)])
 async def test_status_watch_follows_the_job_to_its_end(
-    kube: Kube, cli: Cli, jobs: None, capsys: pytest.CaptureFixture[str], phase: str, code: int
+    kube: Kube, cli: Cli, jobs: str, capsys: pytest.CaptureFixture[str], phase: str, code: int
 ) -> None:
     watch = asyncio.create_task(cli.run(capsys, "status", EVAL, "--watch", *cli.cluster_args()))
     await wait_for_watch(kube)

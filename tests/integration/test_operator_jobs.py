@@ -9,15 +9,14 @@ and job status patches counted from the request log.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 from operator_kit import (
     AGENTS,
     DATASET,
-    NS,
     TASK_IMAGE,
     TASKS,
     expected_names,
@@ -31,19 +30,14 @@ from operator_kit import (
     publish,
 )
 
-from kube import CRDS_DIR, EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api
+from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
 from rollout.api.layout import job_config_key, job_result_key
 from rollout.api.results import JobResult
 from rollout.api.trials import enumerate_trials, trial_resource_name
+from rollout.controller.settings import WATCH_SERVER_TIMEOUT_SEC
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR) as kube:
-        yield kube
 
 
 @pytest.fixture
@@ -64,7 +58,7 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
     job = job_manifest(
         "eval", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3, metrics=[{"type": "mean"}]
     )
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         created = await kube.create(ROLLOUT_JOBS, job)
         finished_pods = await play_kubelet(kube, lambda: job_phase(kube, "eval", "Completed"))
 
@@ -73,7 +67,7 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
     posted = [c.name for c in calls if c.method == "POST" and c.resource == ROLLOUT_TRIALS]
     assert posted == expected_names("eval")
     assert most_unfinished(calls) == 3
-    trials = await kube.list(ROLLOUT_TRIALS, NS)
+    trials = await kube.list(ROLLOUT_TRIALS, kube.namespace)
     assert len(trials) == 12
     for trial in trials:
         owner = trial["metadata"]["ownerReferences"]
@@ -85,7 +79,7 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
         assert trial["spec"]["timeouts"]["agentSec"] == 120
     # One Pod per trial, named after it, and removed when the trial ended.
     assert finished_pods == set(expected_names("eval"))
-    assert await kube.list(PODS, NS, labels="rollout.dev/trial") == []
+    assert await kube.list(PODS, kube.namespace, labels="rollout.dev/trial") == []
 
     by_name = {t["metadata"]["name"]: t for t in trials}
     failed = by_name[trial_resource_name("eval", "claude", "hello-set", "task-c", 1)]["status"]
@@ -136,7 +130,7 @@ async def test_api_writes_per_trial_stay_small_and_job_status_patches_are_batche
 ) -> None:
     config = operator_config(s3_settings, status_interval_sec=1.0)
     job = job_manifest("lean", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=12)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job)
         await play_kubelet(kube, lambda: job_phase(kube, "lean", "Completed"), wait_running=True)
         await kube.settle(quiet=0.5)
@@ -169,13 +163,13 @@ async def test_trial_pods_are_watched_by_label_selector_only(
     kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
 ) -> None:
     config = operator_config(s3_settings)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.settle(quiet=0.3)
     pod_reads = [c for c in kube.calls() if c.resource == PODS and c.method == "GET"]
     assert pod_reads, "the operator lists and watches trial Pods"
     for call in pod_reads:
         assert call.params.get("labelSelector") == "rollout.dev/trial", call
-        assert call.namespace == NS, call
+        assert call.namespace == kube.namespace, call
 
 
 async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
@@ -186,7 +180,7 @@ async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
     missing = job_manifest("missing", [{"name": "gone", "digest": "0" * 64}])
     # No bridge controller exists yet: its trials would wait forever, so the job is refused.
     modal = job_manifest("modal", [dataset], environment={"type": "modal"})
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, bad)
         await kube.create(ROLLOUT_JOBS, missing)
         await kube.create(ROLLOUT_JOBS, modal)
@@ -216,5 +210,21 @@ async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
     assert ("bad", "InvalidSpec", "Warning") in warnings
     assert ("missing", "DatasetNotFound", "Warning") in warnings
     assert ("modal", "UnsupportedEnvironment", "Warning") in warnings
-    assert await kube.list(ROLLOUT_TRIALS, NS) == []
-    assert await kube.list(PODS, NS) == []
+    assert await kube.list(ROLLOUT_TRIALS, kube.namespace) == []
+    assert await kube.list(PODS, kube.namespace) == []
+
+
+async def test_the_operator_runs_a_job_with_the_settings_it_ships_with(
+    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    """No test speed-ups: kopf's defaults, then the operator's own (`configure_settings`), with
+    the watch timeout it sends to the API server (once `270.0`, which a real one refuses)."""
+    settings = kopf.OperatorSettings()
+    dataset = publish(store, make_dataset(tmp_path / "shipped", ["only"]))
+    memo = operator_memo(kube, operator_config(s3_settings))
+    async with kube.operator(settings=settings, memo=memo):
+        await kube.create(ROLLOUT_JOBS, job_manifest("shipped", [dataset]))
+        await play_kubelet(kube, lambda: job_phase(kube, "shipped", "Completed"))
+    watches = [c for c in kube.calls() if c.is_watch and c.user_agent.startswith("kopf")]
+    assert {c.params["timeoutSeconds"] for c in watches} == {str(WATCH_SERVER_TIMEOUT_SEC)}
+    assert {c.resource for c in watches} >= {ROLLOUT_JOBS, ROLLOUT_TRIALS, PODS}

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from operator_kit import (
-    NS,
     job_manifest,
     job_phase,
     make_dataset,
@@ -19,19 +17,13 @@ from operator_kit import (
     runner_message,
 )
 
-from kube import CRDS_DIR, EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api
+from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
 from rollout.api.layout import job_result_key
 from rollout.api.results import JobResult
 from rollout.api.trials import trial_resource_name
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR) as kube:
-        yield kube
 
 
 def trial(job: str, task: str) -> str:
@@ -54,7 +46,7 @@ async def test_the_job_status_follows_its_trials_while_it_runs(
 ) -> None:
     dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("steady", [dataset], n_concurrent=1))
         await kube.wait_for(lambda: kube.find(PODS, trial("steady", "a")), what="first Pod")
         assert await kube.find(ROLLOUT_TRIALS, trial("steady", "b")) is None  # concurrency 1
@@ -89,7 +81,7 @@ async def test_a_job_with_its_own_storage_reads_and_writes_there(
     storage = {"bucket": own.bucket, "prefix": "team/a", "endpoint": own.endpoint_url,
                "pathStyle": True, "credentialsSecret": "team-a-s3"}  # fmt: skip
     config = operator_config(s3_settings)  # the operator's default bucket is another one
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("own", [dataset], storage=storage))
         await finish(kube, trial("own", "a"), 1.0)
         done = await kube.wait_for(lambda: job_phase(kube, "own", "Completed"))
@@ -107,7 +99,7 @@ async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
 ) -> None:
     dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("doomed", [dataset]))
         await kube.wait_for(lambda: kube.find(PODS, trial("doomed", "b")), what="both Pods")
         await kube.run_pod(trial("doomed", "a"))
@@ -117,8 +109,8 @@ async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
             lambda: _none_left(kube, "doomed"), what="the job, its trials and Pods gone"
         )
         await kube.settle(quiet=0.3)
-    assert await kube.list(ROLLOUT_TRIALS, NS) == []
-    assert await kube.list(PODS, NS) == []
+    assert await kube.list(ROLLOUT_TRIALS, kube.namespace) == []
+    assert await kube.list(PODS, kube.namespace) == []
     # Nothing was made again for a job on its way out (its trials vanish before it does).
     assert [
         str(c) for c in kube.calls(since=mark) if c.method == "POST" and c.resource != EVENTS
@@ -130,7 +122,7 @@ async def test_a_finished_job_is_deleted_after_its_ttl(
 ) -> None:
     dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a"]))
     config = operator_config(s3_settings)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         job = job_manifest("brief", [dataset], ttlSecondsAfterFinished=1)
         await kube.create(ROLLOUT_JOBS, job)
         await finish(kube, trial("brief", "a"), 1.0)
@@ -145,6 +137,6 @@ async def test_a_finished_job_is_deleted_after_its_ttl(
 async def _none_left(kube: Kube, job: str) -> bool:
     return (
         await kube.find(ROLLOUT_JOBS, job) is None
-        and not await kube.list(ROLLOUT_TRIALS, NS, labels={"rollout.dev/job": job})
-        and not await kube.list(PODS, NS, labels={"rollout.dev/job": job})
+        and not await kube.list(ROLLOUT_TRIALS, kube.namespace, labels={"rollout.dev/job": job})
+        and not await kube.list(PODS, kube.namespace, labels={"rollout.dev/job": job})
     )

@@ -5,7 +5,6 @@ build."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +18,11 @@ from operator_kit import (
     runner_message,
 )
 
-from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api, waiting
+from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, waiting
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR) as kube:
-        yield kube
 
 
 @pytest.fixture
@@ -109,7 +102,7 @@ async def test_pod_failures_become_the_trials_error(
     words: str,
 ) -> None:
     config = operator_config(s3_settings)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         pod = await start_job(kube, store, tmp_path, "broken")
         await kube.set_pod_status(pod, containers=containers, **extra)
         status = await kube.wait_for(
@@ -134,7 +127,7 @@ async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_erro
         "reason": "Evicted",
         "message": "The node was low on memory.",
     }
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         first = await start_job(kube, store, tmp_path, "evict", maxInfraRetries=1)
         await kube.run_pod(first)
         await kube.set_pod_status(first, **evicted)
@@ -160,7 +153,7 @@ async def test_a_pod_deleted_under_a_running_trial_is_replaced_and_the_trial_fin
     kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         first = await start_job(kube, store, tmp_path, "deleted")
         await kube.run_pod(first)
         await kube.wait_for(lambda: trial_status(kube, trial_name("deleted"), "Running"))
@@ -184,7 +177,7 @@ async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
 ) -> None:
     config = operator_config(s3_settings)
     no_image = publish(store, make_dataset(tmp_path / "plain" / "one", ["only"], image=None))
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("unbuilt", [no_image]))
         forced = publish(store, make_dataset(tmp_path / "forced" / "one", ["only"]))
         await kube.create(
@@ -220,7 +213,7 @@ async def test_preserve_env_keeps_the_pod_of_a_finished_trial(
     kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         pod = await start_job(kube, store, tmp_path, "kept", environment={"preserveEnv": True})
         await kube.run_pod(pod)
         await kube.finish_pod(pod, messages={"runner": runner_message(1.0)})

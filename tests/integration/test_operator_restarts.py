@@ -24,7 +24,6 @@ import pytest
 from operator_kit import (
     AGENTS,
     DATASET,
-    NS,
     RUNNER_IMAGE,
     TASKS,
     expected_names,
@@ -38,16 +37,10 @@ from operator_kit import (
     publish,
 )
 
-from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, kube_api
+from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Identity, Kube
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    async with kube_api(crds=CRDS_DIR) as kube:
-        yield kube
 
 
 @pytest.fixture
@@ -63,7 +56,7 @@ class Kubelet:
         self.finished: set[str] = set()
 
     async def step(self) -> None:
-        for pod in await self.kube.list(PODS, NS, labels="rollout.dev/trial"):
+        for pod in await self.kube.list(PODS, self.kube.namespace, labels="rollout.dev/trial"):
             name = pod["metadata"]["name"]
             if name in self.finished or pod["metadata"].get("deletionTimestamp"):
                 continue
@@ -105,7 +98,7 @@ async def assert_job_figures(kube: Kube) -> None:
     assert (status["counts"]["completed"], status["counts"]["failed"]) == (11, 1)
     assert status["passRate"] == pytest.approx(7 / 11)
     assert status["meanReward"] == pytest.approx(8 / 11)
-    assert len(await kube.list(ROLLOUT_TRIALS, NS)) == 12
+    assert len(await kube.list(ROLLOUT_TRIALS, kube.namespace)) == 12
 
 
 @pytest.mark.parametrize("kill_after", [[1, 5, 9], [2, 3, 4, 6, 7, 8, 10, 11]])
@@ -118,7 +111,7 @@ async def test_an_operator_killed_again_and_again_still_runs_every_trial_once(
         ROLLOUT_JOBS, job_manifest("crashy", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3)
     )
     for count in kill_after:
-        async with kube.operator(memo=operator_memo(kube.url, config)) as operator:
+        async with kube.operator(memo=operator_memo(kube, config)) as operator:
             # Kill it as soon as it has created `count` trials: often between a trial and its
             # Pod, or between a trial's outcome and the removal of its Pod.
             async def enough(count: int = count) -> bool:
@@ -127,13 +120,14 @@ async def test_an_operator_killed_again_and_again_still_runs_every_trial_once(
             await kubelet.until(enough, f"{count} trials")
             await operator.kill()
         await kubelet.step()  # the kubelet goes on while no operator runs
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kubelet.until(lambda: job_phase(kube, "crashy", "Completed"), "the job completes")
         await kube.settle(quiet=0.3)
 
     assert_each_trial_ran_once(kube)
     await assert_job_figures(kube)
-    assert await kube.list(PODS, NS) == []  # every trial's Pod removed, also across restarts
+    # Every trial's Pod removed, also across restarts.
+    assert await kube.list(PODS, kube.namespace) == []
 
 
 async def test_a_stopped_operator_resumes_a_suspended_job_where_it_was(
@@ -145,10 +139,10 @@ async def test_a_stopped_operator_resumes_a_suspended_job_where_it_was(
     await kube.create(
         ROLLOUT_JOBS, job_manifest("crashy", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3)
     )
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         await kube.wait_for(lambda: trials_posted_at_least(kube, 3), what="3 trials")
     await kube.patch(ROLLOUT_JOBS, "crashy", {"spec": {"suspend": True}})
-    async with kube.operator(memo=operator_memo(kube.url, config)):
+    async with kube.operator(memo=operator_memo(kube, config)):
         suspended = await kubelet.until(
             lambda: job_phase(kube, "crashy", "Suspended"), "the job suspended"
         )
@@ -192,8 +186,10 @@ async def operator_process(
     assert storage.secret_access_key is not None
     env = {
         **os.environ,
-        "KUBECONFIG": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
-        "ROLLOUT_NAMESPACES": NS,
+        "KUBECONFIG": str(
+            kube.write_kubeconfig(tmp_path / "kubeconfig", identity=Identity.OPERATOR)
+        ),
+        "ROLLOUT_NAMESPACES": kube.namespace,
         "ROLLOUT_RUNNER_IMAGE": RUNNER_IMAGE,
         "ROLLOUT_PEERING": "",
         "ROLLOUT_STORAGE_BUCKET": storage.bucket,

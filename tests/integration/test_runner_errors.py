@@ -356,3 +356,30 @@ async def test_anything_unexpected_is_internal_error_and_the_trial_is_still_stor
     error_txt = objects["error.txt"].decode()
     assert "Traceback (most recent call last)" in error_txt
     assert objects["command/stdout.txt"] == b"solved\n"
+
+
+async def test_a_storage_key_inside_the_jobs_name_leaves_the_name_alone(
+    tmp_path: Path, store: ObjectStore
+) -> None:
+    """On a cluster, an access key `bars` turned error.txt's `Trial: bars-smoke/...` into
+    `Trial: ***-smoke/...`: names the project made are never scrubbed, secrets elsewhere are."""
+    assert store.settings.access_key_id is not None
+    key = store.settings.access_key_id.get_secret_value()
+    job = f"{key}-smoke"
+    content_hash = publish_task(store, "hello-offline")
+    spec = make_spec(
+        store,
+        "hello-offline",
+        content_hash,
+        agent="leaky",
+        execute=f'echo "using {key}"; exit 3',
+        jobName=job,
+    )
+    report = await run_in_fake_container(tmp_path, spec, store)
+    assert_error(report, ErrorType.AGENT_EXECUTION_FAILED)
+    objects = trial_objects(store, spec)
+    error_txt = objects["error.txt"].decode()
+    assert f"Trial: {job}/leaky/offline/hello-offline__1" in error_txt
+    assert objects["command/stdout.txt"].decode() == "using ***\n"
+    result = json.loads(objects["result.json"])
+    assert key not in json.dumps(result).replace(job, "")

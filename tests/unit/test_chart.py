@@ -24,6 +24,7 @@ import yaml
 from jsonschema import ValidationError as JsonSchemaValidationError
 
 from crd_rules import validate_object
+from kubelet import container_env, expand
 from paths import REPO
 from rollout.api.crd import stale_crds
 from rollout.api.resources import PodOverrides
@@ -134,8 +135,10 @@ class Rendered:
 
     @property
     def operator_env(self) -> dict[str, str]:
+        """The operator's literal env values as its process sees them (after the kubelet)."""
         container = self.operator["spec"]["template"]["spec"]["containers"][0]
-        return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        literal = [e for e in container["env"] if "value" in e]
+        return container_env({"env": literal})
 
 
 def render(values: dict[str, Any], name: str = "custom") -> Rendered:
@@ -601,6 +604,21 @@ def test_operator_environment_watching_the_cluster() -> None:
         "ROLLOUT_WORKER_LIMIT": "200",
         "ROLLOUT_LOG_LEVEL": "info",
     }
+
+
+def test_values_with_dollars_reach_the_operator_byte_for_byte() -> None:
+    """The kubelet expands `$(NAME)` and `$$` in env values: the chart doubles every `$`."""
+    prefix, endpoint = "team-$(HOSTNAME)-$$", "http://s3.example.test/$(X)"
+    env = render({"storage": {"bucket": "b", "prefix": prefix, "endpoint": endpoint}}).operator_env
+    assert (env["ROLLOUT_STORAGE_PREFIX"], env["ROLLOUT_STORAGE_ENDPOINT"]) == (prefix, endpoint)
+
+
+def test_no_script_of_the_chart_is_rewritten_by_the_kubelet(rendered: Rendered) -> None:
+    for where, pod_spec in pod_specs(rendered):
+        for container in containers(pod_spec):
+            env = container_env({"env": [e for e in container.get("env", []) if "value" in e]})
+            for item in [*container.get("command", []), *container.get("args", [])]:
+                assert expand(item, env) == item, f"{where} {container['name']}: {item!r}"
 
 
 def test_operator_environment_watching_namespaces() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from kubelet import container_argv, container_env
 from rollout.api.errors import InvalidInput
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.trials import is_label_value, label_value, trial_resource_name
@@ -116,7 +117,14 @@ def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def literal_env(c: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+    """The container's literal env values as the process sees them (after the kubelet)."""
+    expanded = container_env({"env": [e for e in c.get("env", []) if "value" in e]})
+    return {e["name"]: expanded[e["name"]] for e in c.get("env", []) if "value" in e}
+
+
+def argv(c: dict[str, Any]) -> list[str]:
+    """The container's command and args as the process gets them (after the kubelet)."""
+    return container_argv(c, literal_env(c))
 
 
 def variants() -> list[dict[str, Any]]:
@@ -265,7 +273,7 @@ def test_labels_are_computed_from_the_spec_when_the_trial_has_none() -> None:
 def test_the_environment_runs_the_shim_and_nothing_else() -> None:
     pod = render(runner_image_pull_policy="Always")
     env = container(pod, "environment")
-    assert env["command"] == shim_command()
+    assert argv(env) == shim_command()
     assert "args" not in env
     assert env["image"] == SPEC["image"]
     assert env["imagePullPolicy"] == "IfNotPresent"
@@ -453,7 +461,7 @@ def test_the_runner_image_and_pull_policy() -> None:
 
 def test_the_runners_arguments_are_what_rollout_runner_accepts() -> None:
     runner = container(render(), "runner")
-    args = build_parser().parse_args(runner["args"])
+    args = build_parser().parse_args(argv(runner))
     assert str(args.control_dir) == CONTROL_DIR
     assert str(args.logs_dir) == "/logs"
     assert str(args.work_dir) == TASK_DIR
@@ -544,12 +552,12 @@ def test_a_spec_too_large_for_one_environment_variable_is_refused() -> None:
 
 
 def test_the_runner_waits_for_the_environment_as_long_as_the_task_may_take_to_build() -> None:
-    args = build_parser().parse_args(container(render(), "runner")["args"])
+    args = build_parser().parse_args(argv(container(render(), "runner")))
     assert args.ready_timeout_sec == 600  # the floor: buildSec is 600 here
     slow = make_trial(
         timeouts={"agentInstallSec": 300, "agentSec": 900, "verifierSec": 300, "buildSec": 2400}
     )
-    args = build_parser().parse_args(container(render(slow), "runner")["args"])
+    args = build_parser().parse_args(argv(container(render(slow), "runner")))
     assert args.ready_timeout_sec == 2400
     assert args.upload_timeout_sec == 600
 

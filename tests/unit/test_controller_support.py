@@ -39,7 +39,8 @@ def test_the_settings_keep_kopf_off_trials_and_pods_and_select_trial_pods() -> N
     assert settings.posting.level == logging.WARNING
     assert list(settings.watching.label_selectors.values()) == ["rollout.dev/trial"]
     assert settings.queueing.worker_limit == 7
-    assert settings.watching.server_timeout == 270
+    # What kopf sends as `timeoutSeconds`: the API server parses an integer and refuses "270.0".
+    assert str(settings.watching.server_timeout) == "270"
     assert settings.watching.client_timeout == 300
     assert settings.networking.request_timeout == 60
     assert settings.queueing.idle_timeout == 0.5  # a worker slot is not held 5 s per object
@@ -51,10 +52,18 @@ def test_peering_follows_the_configuration_and_faster_timeouts_are_kept() -> Non
     settings.watching.server_timeout = 5
     config = OperatorConfig(runner_image="r", namespaces=["a"], peering_name="rollout-operator")
     configure_settings(settings, config)
-    assert settings.watching.server_timeout == 5
+    assert str(settings.watching.server_timeout) == "5"
     assert (settings.peering.name, settings.peering.standalone) == ("rollout-operator", False)
     assert settings.peering.mandatory
     assert not settings.peering.clusterwide  # namespaced operator, namespaced KopfPeering
+
+
+@pytest.mark.parametrize(("given", "sent"), [(270.0, "270"), (2.5, "3"), (0.2, "1"), (9, "9")])
+def test_the_watch_timeout_is_always_sent_as_whole_seconds(given: float, sent: str) -> None:
+    settings = kopf.OperatorSettings()
+    settings.watching.server_timeout = given
+    configure_settings(settings, OperatorConfig(runner_image="r", peering_name=None))
+    assert str(settings.watching.server_timeout) == sent
 
 
 # --- storage --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_runner.redact import MASK, RedactingFilter, Redactor
+from rollout_runner.redact import MASK, MIN_SECRET_LENGTH, RedactingFilter, Redactor
 
 SECRET = "sk-live-0123456789"
 
@@ -19,15 +19,43 @@ def test_every_occurrence_is_replaced() -> None:
     assert redactor.data(f"key={SECRET}\n".encode()) == b"key=***\n"
 
 
-def test_short_values_are_not_secrets() -> None:
-    redactor = Redactor(["abc", "true", ""])
-    assert redactor.text("abc is true") == "abc is ***"
-    assert not Redactor(["abc"])
+def test_values_shorter_than_eight_characters_are_not_secrets() -> None:
+    redactor = Redactor(["bars", "true", "abcdefg", "", "abcdefgh"])
+    assert redactor.text("bars is true, abcdefg but abcdefgh") == "bars is true, abcdefg but ***"
+    assert not Redactor(["bars", "1234567"])
+    assert MIN_SECRET_LENGTH == 8
 
 
 def test_a_secret_inside_another_is_replaced_whole() -> None:
-    redactor = Redactor(["abcd", "xxabcdxx"])
-    assert redactor.text("xxabcdxx abcd") == "*** ***"
+    redactor = Redactor(["abcdefgh", "xxabcdefghxx"])
+    assert redactor.text("xxabcdefghxx abcdefgh") == "*** ***"
+
+
+def test_names_the_project_made_are_never_rewritten() -> None:
+    """An access key that is part of the job's name leaves the name alone, not its uses."""
+    key = "bars-smoke-key"
+    job = "team-bars-smoke-key-nightly"
+    redactor = Redactor([key], keep=[job, f"{job}/oracle/set/hello__1"])
+    text = f"Trial: {job}/oracle/set/hello__1\nthe agent printed {key} and AWS_KEY={key}"
+    assert redactor.text(text) == (
+        f"Trial: {job}/oracle/set/hello__1\nthe agent printed *** and AWS_KEY=***"
+    )
+    assert redactor.data(text.encode()) == redactor.text(text).encode()
+    # A secret that reaches past a kept name is still a secret there.
+    assert Redactor([key], keep=["team-bars"]).text("team-bars-smoke-key") == "team-***"
+
+
+@pytest.mark.parametrize("offset", [0, 1, 7, 1024 * 1024 - 5, 1024 * 1024 - 20, 1024 * 1024 - 30])
+def test_a_kept_name_split_across_two_reads_keeps_the_secret_inside_it(
+    tmp_path: Path, offset: int
+) -> None:
+    key = "bars-smoke-key"
+    job = "team-bars-smoke-key-nightly"
+    data = b"x" * offset + job.encode() + b" uses " + key.encode() + b"\n"
+    source, target = tmp_path / "in", tmp_path / "out"
+    source.write_bytes(data)
+    Redactor([key], keep=[job]).copy_file(source, target)
+    assert target.read_bytes() == b"x" * offset + job.encode() + b" uses ***\n"
 
 
 @pytest.mark.parametrize("offset", [0, 1, 5, 17, 1024 * 1024 - 3, 1024 * 1024 - 17])

@@ -184,3 +184,12 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/*
+An env value (or command/args item) as the kubelet must see it to pass it on unchanged: the
+kubelet expands `$(NAME)` and turns `$$` into `$` in those fields, so every `$` is doubled.
+Usage: value: {{ include "rollout-operator.literal" .Values.storage.prefix }} (quoted here).
+*/}}
+{{- define "rollout-operator.literal" -}}
+{{- . | toString | replace "$" "$$" | quote -}}
+{{- end }}

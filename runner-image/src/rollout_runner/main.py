@@ -37,7 +37,7 @@ from rollout_runner.spec import (
     load_spec,
     resolve_agent_env,
 )
-from rollout_runner.trial import TrialReport, run_trial
+from rollout_runner.trial import TrialReport, run_trial, trial_names
 
 log = logging.getLogger("rollout_runner")
 
@@ -166,7 +166,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         settings = StorageSettings.from_env()
     except InvalidInput as err:
         return _fail(args.termination_log, f"The runner's input is invalid: {err}", EXIT_BAD_INPUT)
-    handler.addFilter(RedactingFilter(Redactor([*agent_env.secrets, *settings.secrets()])))
+    redactor = Redactor([*agent_env.secrets, *settings.secrets()], keep=trial_names(spec))
+    handler.addFilter(RedactingFilter(redactor))
     if args.log_level is None:
         logging.getLogger().setLevel(spec.log_level.value.upper())
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="rollout-runner-"))
@@ -184,7 +185,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             args.termination_log,
             f"The runner failed: {type(err).__name__}: {err}",
             EXIT_RUNNER_FAILED,
-            Redactor([*agent_env.secrets, *settings.secrets()]),
+            redactor,
         )
     finally:
         if args.work_dir is None:

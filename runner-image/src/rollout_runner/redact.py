@@ -5,68 +5,131 @@ and the storage credentials. Literal env values in the job are not secrets: they
 RolloutJob for anyone to read, and scrubbing short literals such as `1` or `true` would garble
 every log.
 
-Rule: every exact occurrence of a secret value of at least `MIN_SECRET_LENGTH` characters is
-replaced by `***` in the runner's own logs, result.json, error.txt, the termination message and
-every object uploaded for the trial (setup/ and command/ output, and every file of logs/).
-Shorter values are not scrubbed (a 3-character secret would match everywhere and protects
-nothing). Only exact occurrences are found: a secret the agent re-encodes (base64, reversed,
-split across lines) is not recognised.
+Rule: every exact occurrence of a whole secret value of at least `MIN_SECRET_LENGTH` (8)
+characters is replaced by `***` in the runner's own logs, result.json, error.txt, the termination
+message and every object uploaded for the trial (setup/ and command/ output, and every file of
+logs/), except where it lies inside one of the names the project made for the trial (its job,
+agent, dataset and task names, its directory and storage URIs): a storage access key `bars` must
+not turn the job `bars-smoke` into `***-smoke`. Shorter values are not scrubbed: a 4-character
+value would match all over the text and protects nothing (real access keys, tokens and
+passwords are longer). Only exact occurrences are found: a secret the agent re-encodes (base64,
+reversed, split across lines) is not recognised.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import AnyStr
 
-MIN_SECRET_LENGTH = 4
+MIN_SECRET_LENGTH = 8
 MASK = "***"
 _CHUNK = 1024 * 1024
 
 
-class Redactor:
-    """Replaces every known secret value with `***`, in text, bytes and whole files."""
+def _pattern(values: Iterable[str]) -> re.Pattern[str] | None:
+    """One alternation of the values, longest first (so a value that contains another wins)."""
+    ordered = sorted(set(values), key=len, reverse=True)
+    return re.compile("|".join(re.escape(v) for v in ordered)) if ordered else None
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        kept = {s for s in secrets if len(s) >= MIN_SECRET_LENGTH}
-        # Longest first, so a secret that contains another is replaced whole.
-        self._secrets = sorted(kept, key=len, reverse=True)
-        self._encoded = [s.encode() for s in self._secrets]
-        self._longest = max((len(e) for e in self._encoded), default=0)
+
+def _as_bytes(pattern: re.Pattern[str] | None) -> re.Pattern[bytes] | None:
+    return re.compile(pattern.pattern.encode()) if pattern is not None else None
+
+
+class Redactor:
+    """Replaces every known secret value with `***` in text, bytes and whole files, leaving the
+    names the project made (`keep`) as they are."""
+
+    def __init__(self, secrets: Iterable[str] = (), keep: Iterable[str] = ()) -> None:
+        kept_secrets = [s for s in secrets if len(s) >= MIN_SECRET_LENGTH]
+        self._secrets = _pattern(kept_secrets)
+        self._names = _pattern(n for n in keep if n)
+        self._secrets_b = _as_bytes(self._secrets)
+        self._names_b = _as_bytes(self._names)
+        longest = max(
+            (len(v.encode()) for v in [*kept_secrets, *(n for n in keep if n)]), default=0
+        )
+        self._hold_back = max(longest - 1, 0)
 
     def __bool__(self) -> bool:
-        return bool(self._secrets)
+        return self._secrets is not None
 
     def text(self, value: str) -> str:
-        for secret in self._secrets:
-            value = value.replace(secret, MASK)
-        return value
+        if self._secrets is None:
+            return value
+        return _redact(value, self._secrets, self._names, MASK)
 
     def data(self, value: bytes) -> bytes:
-        for secret in self._encoded:
-            value = value.replace(secret, MASK.encode())
-        return value
+        if self._secrets_b is None:
+            return value
+        return _redact(value, self._secrets_b, self._names_b, MASK.encode())
 
     def copy_file(self, source: Path, target: Path) -> None:
         """Copy `source` to `target` with every secret replaced, in bounded memory.
 
-        The last `longest secret - 1` bytes of each chunk are held back until the next chunk
-        arrives, so a secret split across two reads is still found.
+        A match (of a secret or of a kept name) is at most `hold_back + 1` bytes long, so every
+        match that starts before `len(pending) - hold_back` lies wholly in what has been read.
+        What comes before that point is written, moved back to the start of any match that
+        straddles it; the rest waits for the next read. So a secret split across two reads is
+        still found, and a kept name split across two reads still keeps what is inside it.
         """
         target.parent.mkdir(parents=True, exist_ok=True)
-        if not self._encoded:
+        if self._secrets_b is None:
             shutil.copyfile(source, target)
             return
-        keep = self._longest - 1
         with source.open("rb") as reader, target.open("wb") as writer:
             pending = b""
             while chunk := reader.read(_CHUNK):
-                pending = self.data(pending + chunk)
-                if len(pending) > keep:
-                    writer.write(pending[:-keep])
-                    pending = pending[-keep:]
+                pending += chunk
+                cut = len(pending) - self._hold_back
+                masked = _secret_matches(pending, self._secrets_b, self._names_b)
+                spans = [m.span() for m in masked]
+                if self._names_b is not None:
+                    spans += [m.span() for m in self._names_b.finditer(pending)]
+                moved = True
+                while moved and cut > 0:
+                    moved = False
+                    for start, end in spans:
+                        if start < cut < end:
+                            cut, moved = start, True
+                if cut <= 0:
+                    continue
+                done = [m for m in masked if m.end() <= cut]
+                writer.write(_masked(pending[:cut], done, MASK.encode()))
+                pending = pending[cut:]
             writer.write(self.data(pending))
+
+
+def _secret_matches(
+    value: AnyStr, secrets: re.Pattern[AnyStr], names: re.Pattern[AnyStr] | None
+) -> list[re.Match[AnyStr]]:
+    """The secret occurrences to mask: those not wholly inside an occurrence of a kept name."""
+    kept = [m.span() for m in names.finditer(value)] if names is not None else []
+    return [
+        match
+        for match in secrets.finditer(value)
+        if not any(start <= match.start() and match.end() <= end for start, end in kept)
+    ]
+
+
+def _redact(
+    value: AnyStr, secrets: re.Pattern[AnyStr], names: re.Pattern[AnyStr] | None, mask: AnyStr
+) -> AnyStr:
+    return _masked(value, _secret_matches(value, secrets, names), mask)
+
+
+def _masked(value: AnyStr, matches: Iterable[re.Match[AnyStr]], mask: AnyStr) -> AnyStr:
+    pieces: list[AnyStr] = []
+    position = 0
+    for match in matches:
+        pieces += [value[position : match.start()], mask]
+        position = match.end()
+    pieces.append(value[position:])
+    return value[:0].join(pieces)
 
 
 class RedactingFilter(logging.Filter):

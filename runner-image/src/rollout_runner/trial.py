@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rollout.api.errors import ErrorType
-from rollout.api.layout import RESULT_JSON
+from rollout.api.layout import RESULT_JSON, s3_uri, trial_prefix
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialResult
 from rollout.storage import ObjectStore
@@ -38,6 +38,34 @@ from rollout_runner.redact import Redactor
 from rollout_runner.spec import AgentEnv
 
 log = logging.getLogger(__name__)
+
+
+def trial_names(spec: RolloutTrialSpec, store: ObjectStore | None = None) -> list[str]:
+    """The names the project made for a trial: never scrubbed, even where a secret matches a
+    part of one (see `rollout_runner.redact`)."""
+    trial_dir = f"{spec.task_name}__{spec.attempt}"
+    names = [
+        spec.job_name,
+        spec.agent.name,
+        spec.dataset_name,
+        spec.task_name,
+        trial_dir,
+        f"{spec.job_name}/{spec.agent.name}/{spec.dataset_name}/{trial_dir}",
+        spec.storage.bucket,
+        spec.storage.prefix or "",
+    ]
+    if store is not None:
+        prefix = trial_prefix(
+            store.settings.prefix,
+            spec.job_name,
+            spec.agent.name,
+            spec.dataset_name,
+            spec.task_name,
+            spec.attempt,
+        )
+        names += [prefix, s3_uri(store.settings.bucket, prefix + RESULT_JSON)]
+    return names
+
 
 T = TypeVar("T")
 
@@ -84,7 +112,9 @@ async def run_trial(
         clock=clock,
         options=options,
         agent_env=agent_env,
-        redactor=Redactor([*agent_env.secrets, *store.settings.secrets()]),
+        redactor=Redactor(
+            [*agent_env.secrets, *store.settings.secrets()], keep=trial_names(spec, store)
+        ),
         record=TrialRecord(clock),
     )
     log.info(

@@ -4,6 +4,11 @@ kopf watches and indexes; the writes go through the official `kubernetes` client
 synchronous, so every call runs in a thread pool of its own (never on the event loop), bounded so
 that a burst of trial creations cannot starve kopf's own executor.
 
+Pods are created and deleted without decoding the API server's answer into the client's models
+(`_preload_content=False`: a Pod's JSON, managed fields included, runs to kilobytes), so each of
+those answers is read to its end before its connection goes back to the pool (`_call_undecoded`): an
+unread rest would be read by the next request on that connection as its status line.
+
 Idempotence is the point of each method: creating what exists (HTTP 409) hands back the existing
 object or says so, deleting what is gone (404) is done, patching the status of an object that is
 gone says so. A restarted operator can therefore repeat any step it may or may not have finished.
@@ -68,6 +73,24 @@ class KubeApi:
         loop = asyncio.get_running_loop()
         call = functools.partial(fn, *args, _request_timeout=self.timeout, **kwargs)
         return await loop.run_in_executor(self._executor, call)
+
+    async def _call_undecoded(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        """Call without decoding the answer into the client's models, and read the answer to
+        its end before its connection goes back to the pool.
+
+        `release_conn()` alone would return the connection with the rest of the answer unread;
+        the next request on it then fails with `BadStatusLine` or `ResponseNotReady`, as it did
+        against a real API server under load (the rest of a chunked Pod arrives after the head).
+        """
+
+        def call() -> None:
+            response = fn(*args, _request_timeout=self.timeout, _preload_content=False, **kwargs)
+            try:
+                response.drain_conn()
+            finally:
+                response.release_conn()
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def _count(self, resource: str, verb: str) -> None:
         self.metrics.api_writes.labels(resource=resource, verb=verb).inc()
@@ -135,28 +158,22 @@ class KubeApi:
         """Create a Pod; True when created, False when it existed already."""
         self._count("pods", "create")
         try:
-            response: Any = await self._call(
-                self.core.create_namespaced_pod, namespace, dict(body), _preload_content=False
-            )
+            await self._call_undecoded(self.core.create_namespaced_pod, namespace, dict(body))
         except ApiException as err:
             if err.status == 409:
                 return False
             raise
-        response.release_conn()
         return True
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a Pod; True when deleted now, False when it was gone already."""
         self._count("pods", "delete")
         try:
-            response: Any = await self._call(
-                self.core.delete_namespaced_pod, name, namespace, _preload_content=False
-            )
+            await self._call_undecoded(self.core.delete_namespaced_pod, name, namespace)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
-        response.release_conn()
         return True
 
     # --- RolloutJobs

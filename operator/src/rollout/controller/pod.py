@@ -12,6 +12,11 @@ its Pod"):
   `valueFrom` references that the kubelet resolves (the operator reads no Secret).
 
 restartPolicy Never: a trial runs once per Pod; an infrastructure retry is a new Pod.
+
+Every string in a container's `command`, `args` and `env[].value` is written as a kubelet
+literal (`kubelet_literal`): the kubelet rewrites `$(NAME)` and `$$` there, and the shim, the
+trial spec (with the agent's scripts) and the storage settings must reach the container byte for
+byte.
 """
 
 from __future__ import annotations
@@ -94,6 +99,30 @@ it does not own (clearing /logs/verifier, handing /logs/agent over); CHOWN lets 
 it places to the agent's or verifier's user. Everything else is dropped, privilege escalation is
 off and the root filesystem is read-only, so uid 0 here is a file-access identity, not a way out
 of the container."""
+
+
+def kubelet_literal(text: str) -> str:
+    """`text` written so that the kubelet passes it on unchanged.
+
+    In a container's command, args and env values the kubelet replaces `$(NAME)` with the value
+    of a variable defined earlier in the container and turns `$$` into `$` (the Kubernetes API
+    reference, "Container": "Double $$ are reduced to a single $, which allows for escaping the
+    $(VAR_NAME) syntax"). Unescaped, the shim's `$$` (its own pid) becomes `$`, and an agent's
+    `echo $$` or `$(HOME)` is silently rewritten before it runs. With every `$` doubled, the
+    expansion gives back exactly `text`.
+    """
+    return text.replace("$", "$$")
+
+
+def as_kubelet_literals(container: dict[str, Any]) -> dict[str, Any]:
+    """The container with `kubelet_literal` applied to its command, args and env values."""
+    for field in ("command", "args"):
+        if field in container:
+            container[field] = [kubelet_literal(item) for item in container[field]]
+    for variable in container.get("env", []):
+        if "value" in variable:
+            variable["value"] = kubelet_literal(variable["value"])
+    return container
 
 
 def render_trial_pod(
@@ -257,7 +286,7 @@ def environment_container(spec: RolloutTrialSpec) -> dict[str, Any]:
     }
     if spec.workdir:
         container["workingDir"] = spec.workdir
-    return container
+    return as_kubelet_literals(container)
 
 
 def runner_container(
@@ -304,39 +333,41 @@ def runner_container(
     # The root filesystem is read-only: anything that looks in $HOME finds a writable place.
     env.append({"name": "HOME", "value": TMP_DIR})
     env += agent_secret_env(spec)
-    return {
-        "name": RUNNER_CONTAINER,
-        "image": spec.runner_image or config.runner_image,
-        "imagePullPolicy": config.runner_image_pull_policy,
-        # The image's entrypoint is rollout-runner; the paths are given, not left to defaults.
-        "args": [
-            "--control-dir",
-            CONTROL_DIR,
-            "--logs-dir",
-            LOGS_DIR,
-            "--work-dir",
-            TASK_DIR,
-            "--ready-timeout-sec",
-            f"{ready_timeout_sec(spec):g}",
-            "--upload-timeout-sec",
-            f"{UPLOAD_TIMEOUT_SEC:g}",
-        ],
-        "env": env,
-        "resources": {kind: dict(amounts) for kind, amounts in RUNNER_RESOURCES.items()},
-        "securityContext": {
-            "runAsUser": 0,
-            "runAsGroup": 0,
-            "runAsNonRoot": False,
-            "privileged": False,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"], "add": list(RUNNER_CAPABILITIES)},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "volumeMounts": mounts,
-        "terminationMessagePath": str(termination.DEFAULT_PATH),
-        "terminationMessagePolicy": "File",
-    }
+    return as_kubelet_literals(
+        {
+            "name": RUNNER_CONTAINER,
+            "image": spec.runner_image or config.runner_image,
+            "imagePullPolicy": config.runner_image_pull_policy,
+            # The image's entrypoint is rollout-runner; the paths are given, not left to defaults.
+            "args": [
+                "--control-dir",
+                CONTROL_DIR,
+                "--logs-dir",
+                LOGS_DIR,
+                "--work-dir",
+                TASK_DIR,
+                "--ready-timeout-sec",
+                f"{ready_timeout_sec(spec):g}",
+                "--upload-timeout-sec",
+                f"{UPLOAD_TIMEOUT_SEC:g}",
+            ],
+            "env": env,
+            "resources": {kind: dict(amounts) for kind, amounts in RUNNER_RESOURCES.items()},
+            "securityContext": {
+                "runAsUser": 0,
+                "runAsGroup": 0,
+                "runAsNonRoot": False,
+                "privileged": False,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"], "add": list(RUNNER_CAPABILITIES)},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "volumeMounts": mounts,
+            "terminationMessagePath": str(termination.DEFAULT_PATH),
+            "terminationMessagePolicy": "File",
+        }
+    )
 
 
 def ready_timeout_sec(spec: RolloutTrialSpec) -> float:

@@ -12,7 +12,10 @@
 - Watches ask the server to end after `WATCH_SERVER_TIMEOUT_SEC` and give up on a silent stream
   after `WATCH_CLIENT_TIMEOUT_SEC` (kopf resumes from the last resourceVersion either way), and
   every other request has `REQUEST_TIMEOUT_SEC`. Values already set on the settings (a test's
-  faster ones) are kept.
+  faster ones) are kept. kopf sends the server timeout as `timeoutSeconds=<str(value)>` and the
+  API server parses that as an integer: `270.0` is refused with 400 (`strconv.ParseInt: parsing
+  "270.0": invalid syntax`) and every watch, so the operator, dies at start. It is therefore
+  always a whole number of seconds here, whatever it was set to.
 - kopf runs one worker per object, and a worker holds one of the `worker_limit` slots of its
   resource's watch until it has been idle for `queueing.idle_timeout` (kopf's default: 5 s).
   Trials and Pods are many, and their handlers only index and wake a job's reconciler, so a
@@ -25,6 +28,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import kopf
 
@@ -33,7 +37,7 @@ from rollout.controller.config import OperatorConfig
 
 FINALIZER = f"{GROUP}/finalizer"
 DIFFBASE_KEY = "last-handled-configuration"
-WATCH_SERVER_TIMEOUT_SEC = 270.0
+WATCH_SERVER_TIMEOUT_SEC = 270
 WATCH_CLIENT_TIMEOUT_SEC = 300.0
 WATCH_CONNECT_TIMEOUT_SEC = 30.0
 REQUEST_TIMEOUT_SEC = 60.0
@@ -52,8 +56,9 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.posting.level = logging.WARNING
     settings.watching.label_selectors["v1", "pods"] = TRIAL_POD_SELECTOR
 
-    if settings.watching.server_timeout is None:
-        settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SEC
+    settings.watching.server_timeout = whole_seconds(
+        settings.watching.server_timeout or WATCH_SERVER_TIMEOUT_SEC
+    )
     if settings.watching.client_timeout is None:
         settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT_SEC
     if settings.watching.connect_timeout is None:
@@ -75,3 +80,8 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     else:
         settings.peering.standalone = True
         settings.peering.mandatory = False
+
+
+def whole_seconds(value: float) -> int:
+    """A timeout as the API server's `timeoutSeconds` accepts it: a positive integer, rounded up."""
+    return max(1, math.ceil(value))
