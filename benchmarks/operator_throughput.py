@@ -1,7 +1,10 @@
-"""The operator's throughput, API economy and memory, against the loopback Kubernetes API.
+"""The operator's throughput, API economy and memory, against a Kubernetes API on loopback.
 
-The real `rollout-operator` process runs against the kmock-based API server of the tests
-(tests/kube.py) and a real S3 endpoint (moto, tests/s3server.py); this script plays the kubelet.
+The real `rollout-operator` process runs against the test suite's Kubernetes API and a real S3
+endpoint (moto, tests/s3server.py); this script plays the kubelet. `--api` picks the API: the
+kmock-based emulator (tests/kube.py, the default) or a real control plane (etcd and
+kube-apiserver, tests/kube_real.py; found as the suite finds them, `KUBEBUILDER_ASSETS`), where the
+operator runs as the chart's ServiceAccount. The first line printed says which was measured.
 
 1. A job of `--driven` trials (default 500), every Pod run and finished by the script: API writes
    per trial (from the server's request log) and job status patches, and the time to complete.
@@ -9,14 +12,17 @@ The real `rollout-operator` process runs against the kmock-based API server of t
    per second the operator takes from creation to their Pod created, and its resident memory
    while that many trials and Pods exist.
 
-Figures, not asserts. The API server runs in this process and is itself the slower party at
-scale, so the rates are a floor for a real cluster. kmock 0.8 matches each request against its
-reactions by scanning the whole request log (a request costs O(requests so far)), which makes
-thousands of trials impossible; here the log is searched newest first within a window of recent
-requests (`RecentFirstLog`), which is enough for requests dispatched as they arrive:
+Figures, not asserts. The emulator runs in this process and is itself the slower party at
+scale, so its rates are a floor for a real cluster; the "API server" CPU figures are this
+process's (emulator) or etcd's and kube-apiserver's (real). kmock 0.8 matches each request
+against its reactions by scanning the whole request log (a request costs O(requests so far)),
+which makes thousands of trials impossible; here the log is searched newest first within a
+window of recent requests (`RecentFirstLog`), which is enough for requests dispatched as they
+arrive:
 
     python benchmarks/operator_throughput.py            # ~ a few minutes
     python benchmarks/operator_throughput.py --trials 2000 --driven 200
+    python benchmarks/operator_throughput.py --api real --trials 2000 --driven 500
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,14 +47,14 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from pydantic import SecretStr  # noqa: E402
 
-from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, Kube, kube_api  # noqa: E402
+import kube_real  # noqa: E402
+from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, EmulatedKube, Identity, Kube, kube_api  # noqa: E402
 from rollout.api.bundle import build_manifest, canonical_json, manifest_digest  # noqa: E402
 from rollout.api.dataset import load_local_dataset  # noqa: E402
 from rollout.api.layout import dataset_manifest_key  # noqa: E402
 from rollout.storage import ObjectStore, StorageSettings  # noqa: E402
 from s3server import S3Server  # noqa: E402
 
-NS = "default"
 ACCESS_KEY, SECRET_KEY = "AKIABENCHMARK0000001", "benchmark-secret"
 MESSAGE = (
     '{"reward":1.0,"error":null,"durations":{"total_sec":1.0},"timestamps":null,'
@@ -92,6 +99,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def server_cpu_seconds(kube: Kube) -> float:
+    """CPU time of the API server so far: this process (emulator) or etcd + kube-apiserver."""
+    if isinstance(kube, kube_real.RealKube):
+        return sum(cpu_seconds(process.pid) for _name, process in kube.plane.processes)
+    return time.process_time()
+
+
 def publish_dataset(store: ObjectStore, root: Path, tasks: int) -> dict[str, str]:
     """A dataset of `tasks` small tasks; only its manifest goes to storage (no Pod really runs)."""
     for index in range(tasks):
@@ -112,7 +126,7 @@ def job(name: str, dataset: dict[str, str], attempts: int, concurrency: int) -> 
     return {
         "apiVersion": "rollout.dev/v1alpha1",
         "kind": "RolloutJob",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name},
         "spec": {
             "agents": [{"name": "oracle"}],
             "datasets": [dataset],
@@ -128,8 +142,10 @@ async def operator_process(
 ) -> AsyncIterator[int]:
     env = {
         **os.environ,
-        "KUBECONFIG": str(kube.write_kubeconfig(workdir / "kubeconfig")),
-        "ROLLOUT_NAMESPACES": NS,
+        "KUBECONFIG": str(
+            kube.write_kubeconfig(workdir / "kubeconfig", identity=Identity.OPERATOR)
+        ),
+        "ROLLOUT_NAMESPACES": kube.namespace,
         "ROLLOUT_RUNNER_IMAGE": "rollout-runner:bench",
         "ROLLOUT_PEERING": "",
         "ROLLOUT_STORAGE_BUCKET": storage.bucket,
@@ -139,7 +155,7 @@ async def operator_process(
         "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
         "ROLLOUT_METRICS_PORT": str(free_port()),
         "ROLLOUT_HEALTH_PORT": str(free_port()),
-        "ROLLOUT_LOG_LEVEL": "warning",
+        "ROLLOUT_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "warning"),
     }
     script = Path(sys.executable).parent / "rollout-operator"
     with (workdir / "operator.log").open("ab") as log:
@@ -167,20 +183,21 @@ class PostCounter:
         self.count = 0
 
     def update(self) -> int:
-        for call in self.kube.calls(since=self.seen):
-            if call.method == "POST" and call.resource == self.resource:
-                self.count += 1
-        self.seen = self.kube.mark()
+        calls = self.kube.calls(since=self.seen)
+        self.seen += len(calls)  # not mark(): requests go on arriving meanwhile
+        self.count += sum(1 for c in calls if c.method == "POST" and c.resource == self.resource)
         return self.count
 
 
-async def creation_and_memory(kube: Kube, dataset: dict[str, str], trials: int, pid: int) -> None:
+async def creation_and_memory(
+    kube: Kube, dataset: dict[str, str], trials: int, pid: int, workdir: Path
+) -> None:
     tasks = 100
     attempts = max(1, trials // tasks)
     total = tasks * attempts
     pods = PostCounter(kube, PODS)
     started = time.monotonic()
-    cpu_operator, cpu_server = cpu_seconds(pid), time.process_time()
+    cpu_operator, cpu_server = cpu_seconds(pid), server_cpu_seconds(kube)
     await kube.create(ROLLOUT_JOBS, job("wide", dataset, attempts, total))
     first_pod_at: float | None = None
     last, last_at = 0, started
@@ -190,11 +207,14 @@ async def creation_and_memory(kube: Kube, dataset: dict[str, str], trials: int, 
         if pods.count != last:
             last, last_at = pods.count, time.monotonic()
         elif time.monotonic() - last_at > 60:
-            raise SystemExit(f"stuck at {pods.count} of {total} Pods")
+            listed = len(await kube.list(PODS, kube.namespace, labels="rollout.dev/job=wide"))
+            log = (workdir / "operator.log").read_text(errors="replace").splitlines()[-30:]
+            raise SystemExit(f"stuck at {pods.count} of {total} Pods created ({listed} listed);"
+                             " the operator's log:\n" + "\n".join(log))  # fmt: skip
         await asyncio.sleep(0.2)  # polling the request log, not synchronising
     elapsed = time.monotonic() - started
     cpu_operator = cpu_seconds(pid) - cpu_operator
-    cpu_server = time.process_time() - cpu_server
+    cpu_server = server_cpu_seconds(kube) - cpu_server
     rate_from_first = total / (time.monotonic() - (first_pod_at or started))
     await asyncio.sleep(2)  # let the index and the status settle before reading memory
     resident, peak = rss_mib(pid)
@@ -202,8 +222,7 @@ async def creation_and_memory(kube: Kube, dataset: dict[str, str], trials: int, 
     print(f"   job created -> {total} trials with their Pods: {elapsed:.1f} s")
     print(f"   trials driven from creation to Pod created: {total / elapsed:.0f}/s"
           f" ({rate_from_first:.0f}/s after the first Pod)")  # fmt: skip
-    print(f"   CPU used meanwhile: operator {cpu_operator:.1f} s, API server (this process)"
-          f" {cpu_server:.1f} s")  # fmt: skip
+    print(f"   CPU used meanwhile: operator {cpu_operator:.1f} s, API server {cpu_server:.1f} s")
     print(f"   operator resident memory with {total} trials and Pods: {resident:.0f} MiB"
           f" (peak {peak:.0f} MiB)")  # fmt: skip
 
@@ -214,11 +233,11 @@ async def driven(kube: Kube, dataset: dict[str, str], trials: int, pid: int) -> 
     total = tasks * attempts
     mark = kube.mark()
     started = time.monotonic()
-    cpu_operator, cpu_server = cpu_seconds(pid), time.process_time()
+    cpu_operator, cpu_server = cpu_seconds(pid), server_cpu_seconds(kube)
     await kube.create(ROLLOUT_JOBS, job("driven", dataset, attempts, min(total, 100)))
     finished: set[str] = set()
     while True:
-        for pod in await kube.list(PODS, NS, labels="rollout.dev/job=driven"):
+        for pod in await kube.list(PODS, kube.namespace, labels="rollout.dev/job=driven"):
             name = pod["metadata"]["name"]
             if name in finished or pod["metadata"].get("deletionTimestamp"):
                 continue
@@ -231,7 +250,7 @@ async def driven(kube: Kube, dataset: dict[str, str], trials: int, pid: int) -> 
         await asyncio.sleep(0.05)  # polling, as a kubelet does
     elapsed = time.monotonic() - started
     cpu_operator = cpu_seconds(pid) - cpu_operator
-    cpu_server = time.process_time() - cpu_server
+    cpu_server = server_cpu_seconds(kube) - cpu_server
     await asyncio.sleep(1)
     writes = [c for c in kube.calls(since=mark) if c.is_write]
     per_kind = Counter((c.method, c.resource.split("/")[-1], c.subresource or "") for c in writes)
@@ -239,7 +258,7 @@ async def driven(kube: Kube, dataset: dict[str, str], trials: int, pid: int) -> 
     job_status = per_kind[("PATCH", "rolloutjobs", "status")]
     print(f"1. {total} trials run to completion (nConcurrentTrials {min(total, 100)})")
     print(f"   job completed in {elapsed:.1f} s ({total / elapsed:.0f} trials/s); CPU used:"
-          f" operator {cpu_operator:.1f} s, API server and kubelet {cpu_server:.1f} s")  # fmt: skip
+          f" operator {cpu_operator:.1f} s, API server {cpu_server:.1f} s")  # fmt: skip
     print(f"   API writes per trial: {trial_writes / total:.2f}")
     for (method, resource, sub), count in sorted(per_kind.items()):
         print(f"     {method:6} {resource}{'/' + sub if sub else '':8} {count:6}"
@@ -251,6 +270,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=10_000, help="trials of the wide job")
     parser.add_argument("--driven", type=int, default=500, help="trials run to completion")
+    parser.add_argument(
+        "--api",
+        choices=["emulator", "real"],
+        default="emulator",
+        help="the emulator, or a real kube-apiserver and etcd (KUBEBUILDER_ASSETS)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as scratch:
         workdir = Path(scratch)
@@ -268,17 +293,48 @@ async def main() -> None:
             store.ensure_bucket()
             dataset = await asyncio.to_thread(publish_dataset, store, workdir / "bench-set", 100)
             async with (
-                kube_api(crds=CRDS_DIR) as kube,
+                api(args.api, workdir) as kube,
                 operator_process(kube, storage, workdir) as pid,
             ):
-                kube.emulator._requests = RecentFirstLog(kube.emulator._requests)
+                if isinstance(kube, EmulatedKube):
+                    kube.emulator._requests = RecentFirstLog(kube.emulator._requests)
                 # The small job first: the wide one leaves its many objects in the API server.
                 if args.driven:
                     await driven(kube, dataset, args.driven, pid)
                 if args.trials:
-                    await creation_and_memory(kube, dataset, args.trials, pid)
+                    await creation_and_memory(kube, dataset, args.trials, pid, workdir)
         finally:
             server.stop()
+
+
+@contextlib.asynccontextmanager
+async def api(which: str, workdir: Path) -> AsyncIterator[Kube]:
+    """The Kubernetes API to measure against; says which."""
+    if which == "emulator":
+        print("API: the emulator (tests/kube.py), in this process")
+        async with kube_api(crds=CRDS_DIR) as emulated:
+            yield emulated
+        return
+    binaries = kube_real.find_binaries()
+    if binaries is None:
+        raise SystemExit(f"--api real: {kube_real.unavailable_reason()}")
+    plane = kube_real.ControlPlane(binaries, workdir / "control-plane")
+    await asyncio.to_thread(plane.start)
+    try:
+        version = (
+            await asyncio.to_thread(
+                subprocess.run,
+                [str(binaries.kube_apiserver), "--version"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        ).stdout.strip()
+        print(f"API: a real kube-apiserver ({version}, {binaries.kube_apiserver}) with etcd")
+        async with kube_real.RealKube.for_test(plane) as real:
+            yield real
+    finally:
+        plane.stop()
 
 
 if __name__ == "__main__":
