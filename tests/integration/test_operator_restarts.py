@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pwd
+import shutil
 import signal
 import socket
 import sys
@@ -176,16 +178,49 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def uid_without_passwd_entry() -> int:
+    """A uid that /etc/passwd does not list (as OpenShift's arbitrary uids are not)."""
+    uid = 65532  # the operator image's own uid
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+def as_user(uid: int) -> list[str]:
+    """A command prefix that runs a process as `uid` (and gid) with no supplementary groups.
+
+    It keeps one capability, CAP_DAC_READ_SEARCH, so that it can read this machine's Python
+    (often under a 0700 home) and the test's files; nothing about the user is changed by it.
+    """
+    return [
+        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
+    ]  # fmt: skip
+
+
+def _cannot_switch_user() -> str | None:
+    if os.geteuid() != 0:
+        return "running as another uid needs root"
+    if shutil.which("setpriv") is None:
+        return "running as another uid needs util-linux setpriv"
+    return None
+
+
 @contextlib.asynccontextmanager
 async def operator_process(
-    kube: Kube, tmp_path: Path, storage: StorageSettings
+    kube: Kube, tmp_path: Path, storage: StorageSettings, *, uid: int | None = None
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, int]]:
-    """`rollout-operator` as a user runs it, configured by environment variables."""
+    """`rollout-operator` as a user runs it, configured by environment variables; as `uid` with
+    no user name in its environment (as in a Pod) when given."""
     metrics_port, health_port = _free_port(), _free_port()
     assert storage.access_key_id is not None
     assert storage.secret_access_key is not None
+    inherited = {k: v for k, v in os.environ.items() if uid is None or k not in USER_VARIABLES}
     env = {
-        **os.environ,
+        **inherited,
         "KUBECONFIG": str(
             kube.write_kubeconfig(tmp_path / "kubeconfig", identity=Identity.OPERATOR)
         ),
@@ -203,9 +238,10 @@ async def operator_process(
         "ROLLOUT_LOG_LEVEL": "info",
     }
     script = Path(sys.executable).parent / "rollout-operator"
+    command = [*(as_user(uid) if uid is not None else []), str(script)]
     with (tmp_path / "operator.log").open("ab") as log:
         process = await asyncio.create_subprocess_exec(
-            str(script), env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
+            *command, env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
         )
     try:
         yield process, metrics_port, health_port
@@ -213,6 +249,10 @@ async def operator_process(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+USER_VARIABLES = ("USER", "LOGNAME", "LNAME", "USERNAME")
+"""What getpass.getuser() reads before it asks /etc/passwd; a Pod sets none of them."""
 
 
 async def _get(session: aiohttp.ClientSession, url: str) -> str | None:
@@ -253,3 +293,32 @@ async def test_the_operator_process_killed_with_sigkill_mid_job_finishes_it_afte
         await kube.settle(quiet=0.3)
     assert_each_trial_ran_once(kube)
     await assert_job_figures(kube)
+
+
+@pytest.mark.skipif(_cannot_switch_user() is not None, reason=_cannot_switch_user() or "")
+async def test_the_operator_starts_and_serves_under_a_uid_with_no_passwd_entry(
+    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings, tmp_path: Path
+) -> None:
+    """Under an unlisted uid, kopf's own peering identity (`getpass.getuser()`) fails and the
+    operator used to die at start with `KeyError: 'getpwuid(): uid not found: 65532'`."""
+    uid = uid_without_passwd_entry()
+    kubelet = Kubelet(kube)
+    async with (
+        operator_process(kube, tmp_path, s3_settings, uid=uid) as (process, _, health_port),
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def healthy() -> str | None:
+            if process.returncode is not None:
+                log = (tmp_path / "operator.log").read_text()
+                raise AssertionError(f"the operator exited with {process.returncode}:\n{log}")
+            return await _get(session, f"http://127.0.0.1:{health_port}/healthz")
+
+        await kube.wait_for(healthy, timeout=30, what="the operator's /healthz")
+        owner = await asyncio.to_thread(Path(f"/proc/{process.pid}/status").read_text)
+        assert f"Uid:\t{uid}\t{uid}\t{uid}" in owner
+        await kube.create(ROLLOUT_JOBS, job_manifest("unlisted", [dataset], n_concurrent=2))
+        await kubelet.until(lambda: job_phase(kube, "unlisted", "Completed"), "the job completes")
+    log = (tmp_path / "operator.log").read_text()
+    assert "getpwuid" not in log
+    assert " ERROR " not in log, log

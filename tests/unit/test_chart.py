@@ -606,6 +606,19 @@ def test_operator_environment_watching_the_cluster() -> None:
     }
 
 
+def test_the_operator_runs_its_own_command_with_its_pod_name_as_identity(
+    rendered: Rendered,
+) -> None:
+    container = rendered.operator["spec"]["template"]["spec"]["containers"][0]
+    # Not the image's entrypoint: an image with a CMD of its own still runs the operator.
+    assert container["command"] == ["rollout-operator"]
+    assert "args" not in container
+    pod_name = next(e for e in container["env"] if e["name"] == "POD_NAME")
+    assert pod_name["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    dockerfile = (REPO / "operator" / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["rollout-operator"]' in dockerfile
+
+
 def test_values_with_dollars_reach_the_operator_byte_for_byte() -> None:
     """The kubelet expands `$(NAME)` and `$$` in env values: the chart doubles every `$`."""
     prefix, endpoint = "team-$(HOSTNAME)-$$", "http://s3.example.test/$(X)"

@@ -4,6 +4,11 @@ Reads its configuration from flags and ROLLOUT_* variables (`config.py`), config
 serves Prometheus metrics on the metrics port (/metrics) and kopf's liveness endpoint on the
 health port (/healthz), and runs kopf: cluster-wide or in the configured namespaces, with peering
 unless ROLLOUT_PEERING is empty. SIGTERM stops it gracefully (kopf handles the signal).
+
+Its identity among peers is given to kopf (`operator_identity`): the Pod's name (POD_NAME, from
+the downward API in the chart), else the host name and process id. kopf would otherwise ask
+`getpass.getuser()`, which fails where the process's uid has no passwd entry (images without a
+user, OpenShift's arbitrary uids) and would stop the operator at start.
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import kopf
 from prometheus_client import start_http_server
@@ -22,6 +30,7 @@ from rollout.controller import handlers
 from rollout.controller.config import OperatorConfig, add_arguments, from_args
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+ENV_POD_NAME = "POD_NAME"
 
 
 def parse_config(argv: Sequence[str] | None = None) -> OperatorConfig:
@@ -46,6 +55,13 @@ def configure_logging(config: OperatorConfig) -> None:
     logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
 
 
+def operator_identity(environ: Mapping[str, str] | None = None) -> str:
+    """Who this operator is among its peers: its Pod's name, else `<host name>/<pid>`."""
+    environ = os.environ if environ is None else environ
+    pod = environ.get(ENV_POD_NAME, "").strip()
+    return pod or f"{socket.gethostname()}/{os.getpid()}"
+
+
 async def operate(config: OperatorConfig) -> None:
     """Run kopf with the operator's handlers until it is stopped."""
     assert handlers.reconcile_job is not None  # importing `handlers` registered them
@@ -54,6 +70,9 @@ async def operate(config: OperatorConfig) -> None:
         namespaces=config.namespaces,
         standalone=not config.peering_name,
         peering_name=config.peering_name,
+        identity=cast(
+            Any, operator_identity()
+        ),  # kopf's Identity: a str NewType it does not export
         liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",
         memo=kopf.Memo(config=config),
     )
