@@ -36,6 +36,7 @@ import copy
 import dataclasses
 import datetime
 import enum
+import functools
 import inspect
 import re
 import secrets
@@ -117,6 +118,15 @@ def resource_of(ref: str | kmock.resource) -> kmock.resource:
 def resource_name(resource: kmock.resource) -> str:
     """The inverse of `resource_of`: `'v1/pods'`, `'rollout.dev/v1alpha1/rolloutjobs'`."""
     return f"{api_version(resource)}/{resource.plural}"
+
+
+def resource_path_of(body: Mapping[str, Any]) -> str:
+    """`'v1/pods'` for a Pod: the resource of an object, from its apiVersion and kind."""
+    plural = {"Endpoints": "endpoints", "NetworkPolicy": "networkpolicies"}.get(body["kind"])
+    if plural is None:
+        kind = body["kind"].lower()
+        plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+    return f"{body['apiVersion']}/{plural}"
 
 
 def api_version(resource: kmock.resource) -> str:
@@ -309,6 +319,82 @@ def check_query(params: Mapping[str, str]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# RBAC, as kube-apiserver's RBAC authorizer decides.
+
+
+@dataclasses.dataclass(frozen=True)
+class UserInfo:
+    """An authenticated user: a name and groups (`system:authenticated` is implied)."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+
+    def is_subject(self, subject: Mapping[str, Any]) -> bool:
+        kind, name = subject.get("kind"), subject.get("name")
+        if kind == "ServiceAccount":
+            return self.name == f"system:serviceaccount:{subject.get('namespace')}:{name}"
+        if kind == "User":
+            return self.name == name
+        if kind == "Group":
+            return name in (*self.groups, "system:authenticated")
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestAttributes:
+    """What RBAC decides on: verb, API group, resource (with subresource), namespace, name."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None
+    name: str | None
+
+    @classmethod
+    def of(cls, request: kmock.Request) -> RequestAttributes:
+        assert request.resource is not None
+        method = request.method.value
+        watching = request.params.get("watch", "").lower() in ("true", "1")
+        verb = {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if request.name else "deletecollection",
+        }.get(method) or ("get" if request.name else "watch" if watching else "list")
+        resource = request.resource.plural or ""
+        if request.subresource:
+            resource += f"/{request.subresource}"
+        return cls(verb, request.resource.group or "", resource, request.namespace, request.name)
+
+    def forbidden(self, user: str) -> str:
+        """The API server's message when RBAC refuses."""
+        plural = self.resource.split("/")[0]
+        what = f"{plural}.{self.group}" if self.group else plural
+        if self.name:
+            what += f' "{self.name}"'
+        where = f'in the namespace "{self.namespace}"' if self.namespace else "at the cluster scope"
+        return (
+            f'{what} is forbidden: User "{user}" cannot {self.verb} resource "{self.resource}" '
+            f'in API group "{self.group}" {where}'
+        )
+
+
+def rbac_allows(rules: Iterable[Mapping[str, Any]], attributes: RequestAttributes) -> bool:
+    """Whether any rule grants the request (rules only grant; nothing denies)."""
+    for rule in rules:
+        groups, resources = rule.get("apiGroups") or [], rule.get("resources") or []
+        verbs, names = rule.get("verbs") or [], rule.get("resourceNames") or []
+        if (
+            ("*" in groups or attributes.group in groups)
+            and ("*" in resources or attributes.resource in resources)
+            and ("*" in verbs or attributes.verb in verbs)
+            and (not names or attributes.name in names)
+        ):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
 # Answers in pieces.
 
 CHUNKED_AFTER_BYTES = 2048
@@ -400,6 +486,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
     revision: int = attrs.field(default=0, init=False)
     gc_dependents: bool = True
+    rbac_users: dict[str, UserInfo] = attrs.field(factory=dict)
+    """Bearer token -> user whose requests RBAC decides (see `_authorize`)."""
     chunk_pause: float = CHUNK_PAUSE_SEC
     _schemas: dict[kmock.resource, Schema] = attrs.field(factory=dict, init=False)
     _event_log: dict[kmock.resource, list[tuple[int, WatchEvent]]] = attrs.field(
@@ -458,6 +546,54 @@ class ClusterEmulator(kmock.KubernetesEmulator):
                 return fault.error
         return None
 
+    # ---- authentication and RBAC
+
+    def _authorize(self, request: kmock.Request) -> None:
+        """RBAC, as a real API server enforces it, for the users of `rbac_users` (by token).
+
+        Other clients (no token, or one not listed) are cluster admins, as the test's own
+        helpers are. The rules come from the Roles, ClusterRoles and their bindings stored here
+        (the chart's, applied by the test).
+        """
+        header = request.headers.get("Authorization", "")
+        user = self.rbac_users.get(header.removeprefix("Bearer ").strip())
+        if user is None:
+            return
+        assert request.resource is not None
+        attributes = RequestAttributes.of(request)
+        if not rbac_allows(self._rbac_rules(user, attributes.namespace), attributes):
+            raise api_error(403, "Forbidden", attributes.forbidden(user.name))
+
+    def _rbac_rules(self, user: UserInfo, namespace: str | None) -> list[Body]:
+        """Every rule bound to `user` that applies in `namespace` (None: cluster scope)."""
+        rbac = "rbac.authorization.k8s.io/v1"
+        roles = {
+            (None, body["metadata"]["name"]): body
+            for body in self.select(resource_of(f"{rbac}/clusterroles"), None, Selector())
+        }
+        roles.update(
+            ((body["metadata"]["namespace"], body["metadata"]["name"]), body)
+            for body in self.select(resource_of(f"{rbac}/roles"), None, Selector())
+        )
+        bindings = [
+            *self.select(resource_of(f"{rbac}/clusterrolebindings"), None, Selector()),
+            *(
+                self.select(resource_of(f"{rbac}/rolebindings"), namespace, Selector())
+                if namespace
+                else []
+            ),
+        ]
+        rules: list[Body] = []
+        for binding in bindings:
+            if not any(user.is_subject(subject) for subject in binding.get("subjects") or []):
+                continue
+            ref = binding["roleRef"]
+            where = None if ref["kind"] == "ClusterRole" else binding["metadata"]["namespace"]
+            role = roles.get((where, ref["name"]))
+            if role is not None:
+                rules += role.get("rules") or []
+        return rules
+
     # ---- HTTP entry points
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -496,6 +632,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             if fault is not None:
                 raise fault
             check_query(request.params)
+            self._authorize(request)
             if request.method.value in WRITE_METHODS and (
                 request.name is not None or request.method.value == "POST"
             ):
@@ -1335,13 +1472,62 @@ test's own namespace (`Kube.namespace`)."""
 
 
 class Identity(enum.Enum):
-    """Who talks to the API. On the emulator they are all the same; on a real control plane each
-    is a user of its own, so that RBAC applies to what the operator does."""
+    """Who talks to the API: each is a user of its own (a bearer token), so that RBAC applies to
+    what the operator does, once the chart's RBAC is applied (`Kube.apply_chart_rbac`)."""
 
     OPERATOR = "operator"
-    """The operator, with the chart's RBAC (its ServiceAccount)."""
+    """The operator installed cluster-wide: the chart's ServiceAccount in `rollout-system`."""
+    NAMESPACED_OPERATOR = "namespaced-operator"
+    """The operator installed with `watchNamespaces`: its ServiceAccount in
+    `rollout-namespaced`, its Roles in the namespaces it watches."""
     USER = "user"
     """A person or a CI pipeline running the `rollout` CLI or kubectl: a cluster admin."""
+
+
+CHART = Path(__file__).resolve().parents[1] / "charts" / "rollout-operator"
+OPERATOR_RELEASE = "rollout-operator"
+RELEASE_NAMESPACES = {
+    Identity.OPERATOR: "rollout-system",
+    Identity.NAMESPACED_OPERATOR: "rollout-namespaced",
+}
+RBAC_KINDS = frozenset(
+    {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+)
+
+
+@functools.cache
+def chart_rbac(release_namespace: str, watch_namespaces: tuple[str, ...] = ()) -> tuple[Body, ...]:
+    """The operator's ServiceAccount and RBAC objects as the chart renders them (release
+    `rollout-operator`, watching `watch_namespaces` or, without them, the whole cluster)."""
+    import helm_python as helm  # the chart's own engine; only tests that apply RBAC need it
+
+    values: Body = {"watchNamespaces": list(watch_namespaces)} if watch_namespaces else {}
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(
+            values=values, name=OPERATOR_RELEASE, namespace=release_namespace, is_install=True
+        )
+    objects = [
+        document
+        for template, text in sorted(manifests.items())
+        if not template.endswith("NOTES.txt")
+        for document in yaml.safe_load_all(text)
+        if document and document["kind"] in RBAC_KINDS
+    ]
+    bound = {
+        s["name"] for o in objects for s in o.get("subjects", []) if s["kind"] == "ServiceAccount"
+    }
+    return tuple(
+        o for o in objects if o["kind"] != "ServiceAccount" or o["metadata"]["name"] in bound
+    )
+
+
+def operator_user(identity: Identity) -> UserInfo:
+    """The user the API sees for an operator identity: the chart's ServiceAccount."""
+    namespace = RELEASE_NAMESPACES[identity]
+    account = next(o for o in chart_rbac(namespace) if o["kind"] == "ServiceAccount")
+    name = account["metadata"]["name"]
+    groups = ("system:serviceaccounts", f"system:serviceaccounts:{namespace}")
+    return UserInfo(f"system:serviceaccount:{namespace}:{name}", groups)
 
 
 class Kube(abc.ABC):
@@ -1436,6 +1622,29 @@ class Kube(abc.ABC):
 
     async def create_namespace(self, name: str) -> Body:
         return await self.create(NAMESPACES, {"metadata": {"name": name}})
+
+    async def apply_chart_rbac(self, watch_namespaces: Sequence[str] = ()) -> Identity:
+        """Apply the chart's RBAC for the operator, cluster-wide or (with `watch_namespaces`) for
+        those namespaces only, and return the identity the operator then runs as. From then on
+        the API enforces it on that identity's requests, as a real API server does."""
+        identity = Identity.NAMESPACED_OPERATOR if watch_namespaces else Identity.OPERATOR
+        release_namespace = RELEASE_NAMESPACES[identity]
+        for body in [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_namespace}},
+            *chart_rbac(release_namespace, tuple(watch_namespaces)),
+        ]:
+            resource = resource_path_of(body)
+            try:
+                await self.create(resource, body, body["metadata"].get("namespace"))
+            except Exception as err:  # both backends answer 409 for what exists already
+                if getattr(err, "status", None) != 409:
+                    raise
+        self._enforce_rbac(identity)
+        return identity
+
+    @abc.abstractmethod
+    def _enforce_rbac(self, identity: Identity) -> None:
+        """Make the API decide `identity`'s requests by RBAC (a real one always does)."""
 
     async def new_namespace(self, suffix: str) -> str:
         """A further namespace for this test (`<namespace>-<suffix>` on a real control plane)."""
@@ -1657,9 +1866,10 @@ class Kube(abc.ABC):
         peering_name: str | None = None,
         memo: object | None = None,
         ready_timeout: float = 10.0,
+        identity: Identity = Identity.OPERATOR,
     ) -> AsyncIterator[RunningOperator]:
-        """Run a kopf operator against this API for the duration of the block, as the operator
-        (with the chart's RBAC on a real control plane).
+        """Run a kopf operator against this API for the duration of the block, as `identity`
+        (bound by the chart's RBAC once `apply_chart_rbac()` applied it).
 
         `namespaces=None` means the test's namespace; `registry=None` means kopf's default
         registry (where module-level `@kopf.on...` handlers go); `settings=None` means
@@ -1667,7 +1877,7 @@ class Kube(abc.ABC):
         stopped or killed inside it.
         """
         running = RunningOperator(
-            self.connection(Identity.OPERATOR),
+            self.connection(identity),
             registry=registry,
             settings=settings if settings is not None else fast_settings(),
             namespaces=namespaces if namespaces is not None else (self.namespace,),
@@ -1741,7 +1951,10 @@ class EmulatedKube(Kube):
         return str(self.server.url).rstrip("/")
 
     def connection(self, identity: Identity = Identity.OPERATOR) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=self.url)
+        return kopf.ConnectionInfo(server=self.url, token=identity.value)
+
+    def _enforce_rbac(self, identity: Identity) -> None:
+        self.emulator.rbac_users[identity.value] = operator_user(identity)
 
     # ---- resources and CRDs
 

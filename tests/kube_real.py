@@ -62,13 +62,17 @@ from kube import (
     CRDS_DIR,
     NAMESPACES,
     PODS,
+    RELEASE_NAMESPACES,
     ApiCall,
     Body,
     Identity,
     Kube,
     Namespace,
     RunningOperator,
+    chart_rbac,
     crd_manifests,
+    operator_user,
+    resource_path_of,
 )
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
@@ -80,9 +84,6 @@ CLI_USER = "rollout-user"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 READY_TIMEOUT_SEC = 90.0
 
-CHART = Path(__file__).resolve().parents[1] / "charts" / "rollout-operator"
-RELEASE = "rollout-operator"
-RELEASE_NAMESPACE = "rollout-system"
 
 AUDIT_POLICY: Body = {
     "apiVersion": "audit.k8s.io/v1",
@@ -282,7 +283,6 @@ class ControlPlane:
     workdir: Path
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
-    operator_user: str = ""
     port: int = 0
     _namespaces: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -309,7 +309,13 @@ class ControlPlane:
         return SyncClient("127.0.0.1", self.port, self.tokens[user], self.ssl_context())
 
     def token(self, identity: Identity) -> str:
-        return self.tokens[self.operator_user if identity is Identity.OPERATOR else CLI_USER]
+        if identity is Identity.USER:
+            return self.tokens[CLI_USER]
+        return self.tokens[operator_user(identity).name]
+
+    @property
+    def operator_users(self) -> list[str]:
+        return [operator_user(i).name for i in (Identity.OPERATOR, Identity.NAMESPACED_OPERATOR)]
 
     def next_namespace(self) -> str:
         return f"t{next(self._namespaces):03d}"  # short: the CLI prints it in tables
@@ -319,17 +325,15 @@ class ControlPlane:
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         write_certificates(self.workdir)
-        rbac = chart_rbac()
-        account = next(o for o in rbac if o["kind"] == "ServiceAccount")["metadata"]
-        self.operator_user = f"system:serviceaccount:{account['namespace']}:{account['name']}"
         users = {
             HARNESS_USER: "system:masters",
             CLI_USER: "system:masters",
             CONTROLLER_MANAGER_USER: "system:masters",
-            self.operator_user: (
-                f"system:serviceaccounts,system:serviceaccounts:{account['namespace']}"
-            ),
         }
+        for identity in (Identity.OPERATOR, Identity.NAMESPACED_OPERATOR):
+            user = operator_user(identity)
+            users[user.name] = ",".join(user.groups)
+        rbac = chart_rbac(RELEASE_NAMESPACES[Identity.OPERATOR])
         lines = []
         for index, (user, groups) in enumerate(users.items()):
             self.tokens[user] = f"token-{index}-{uuid.uuid4().hex}"
@@ -452,9 +456,10 @@ class ControlPlane:
     def _bootstrap(self, rbac: Iterable[Body]) -> None:
         """The chart's RBAC for the operator, the rollout CRDs, and the test's Node."""
         client = self.client()
-        create(client, NAMESPACES, {"metadata": {"name": RELEASE_NAMESPACE}})
+        for namespace in RELEASE_NAMESPACES.values():
+            create(client, NAMESPACES, {"metadata": {"name": namespace}})
         for obj in rbac:
-            create(client, resource_of_object(obj), obj)
+            create(client, resource_path_of(obj), obj)
         for crd in crd_manifests(CRDS_DIR):
             install_crd(client, crd)
         create(
@@ -496,31 +501,6 @@ def kubeconfig_document(url: str, ca_path: Path, token: str, namespace: str = "d
     }
 
 
-def chart_rbac() -> list[Body]:
-    """The operator's ServiceAccount and RBAC objects as the chart renders them by default."""
-    import helm_python as helm
-
-    with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(
-            values={}, name=RELEASE, namespace=RELEASE_NAMESPACE, is_install=True
-        )
-    wanted = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    objects = []
-    for template, text in sorted(manifests.items()):
-        if template.endswith("NOTES.txt"):
-            continue
-        for document in yaml.safe_load_all(text):
-            if document and document["kind"] in wanted:
-                objects.append(document)
-    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
-    subject = binding["subjects"][0]
-    return [
-        o
-        for o in objects
-        if o["kind"] != "ServiceAccount" or o["metadata"]["name"] == subject["name"]
-    ]
-
-
 # --------------------------------------------------------------------------------------------
 # Paths and plain requests.
 
@@ -539,20 +519,6 @@ CLUSTER_SCOPED = frozenset(
         "kopf.dev/v1/clusterkopfpeerings",
     }
 )
-
-
-def resource_of_object(obj: Mapping[str, Any]) -> str:
-    """'v1/pods' for a Pod: the resource of an object, by its apiVersion and kind."""
-    plural = {
-        "Endpoints": "endpoints",
-        "NetworkPolicy": "networkpolicies",
-        "PriorityClass": "priorityclasses",
-        "StorageClass": "storageclasses",
-    }.get(obj["kind"])
-    if plural is None:
-        kind = obj["kind"].lower()
-        plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
-    return f"{obj['apiVersion']}/{plural}"
 
 
 def resource_path(
@@ -704,7 +670,7 @@ class RealKube(Kube):
         self.namespace = namespace
         self.operators: builtins.list[RunningOperator] = []
         self.extra_namespaces: builtins.list[str] = []
-        self.audit = AuditLog(plane.audit_log, [plane.operator_user, CLI_USER])
+        self.audit = AuditLog(plane.audit_log, [*plane.operator_users, CLI_USER])
         self._sync_client = plane.client()
         self._base = 0
         self._sync()
@@ -744,6 +710,9 @@ class RealKube(Kube):
             token=self.plane.token(identity),
             default_namespace=self.namespace,
         )
+
+    def _enforce_rbac(self, identity: Identity) -> None:
+        pass  # a real API server enforces RBAC on every user but the admins
 
     # ---- requests
 

@@ -106,14 +106,16 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 @pytest.fixture
 async def kube(control_plane: ControlPlane | None) -> AsyncIterator[Kube]:
-    """The test's Kubernetes API with the rollout CRDs: a namespace of the real control plane,
-    or a fresh emulator. `kube.namespace` is the test's namespace."""
+    """The test's Kubernetes API with the rollout CRDs and the chart's RBAC for the operator
+    (`Identity.OPERATOR`, enforced): a namespace of the real control plane, or a fresh emulator.
+    `kube.namespace` is the test's namespace."""
     if control_plane is None:
         async with kube_api(crds=CRDS_DIR) as emulated:
+            await emulated.apply_chart_rbac()  # the operator is bound by the chart's RBAC
             yield emulated
     else:
         async with RealKube.for_test(control_plane) as real:
-            yield real
+            yield real  # the chart's cluster-wide RBAC was applied when the plane started
 
 
 @pytest.fixture

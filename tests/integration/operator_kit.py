@@ -89,10 +89,12 @@ def operator_config(storage: StorageSettings | None, **overrides: Any) -> Operat
     return OperatorConfig(**values)
 
 
-def operator_memo(kube: Kube, config: OperatorConfig) -> kopf.Memo:
+def operator_memo(
+    kube: Kube, config: OperatorConfig, identity: Identity = Identity.OPERATOR
+) -> kopf.Memo:
     """The memo the operator starts with: its config, an API client for the test's API (as the
     operator) and metrics in a registry of their own (several operators run in one process)."""
-    configuration = kube.client_configuration(Identity.OPERATOR)
+    configuration = kube.client_configuration(identity)
     configuration.connection_pool_maxsize = 16
     return kopf.Memo(
         config=config,

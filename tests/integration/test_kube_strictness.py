@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kube import CRDS, Identity, Kube
+from kube import CRDS, Identity, Kube, operator_user
 
 pytestmark = pytest.mark.integration
 
@@ -151,3 +151,33 @@ async def test_custom_resources_are_served_once_their_crd_is_created_over_http(
         return status == 404
 
     await kube.wait_for(refused, what="the resource is no longer served")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("GET", "/api/v1/namespaces/{ns}/pods", True),
+        ("GET", "/api/v1/namespaces/{ns}/pods?watch=true&timeoutSeconds=1", True),
+        ("GET", "/apis/rollout.dev/v1alpha1/namespaces/{ns}/rolloutjobs", True),
+        ("GET", "/api/v1/namespaces/{ns}/secrets", False),
+        ("GET", "/api/v1/namespaces/{ns}/pods/some-pod/log", False),
+        ("POST", "/api/v1/namespaces/{ns}/pods/some-pod/exec", False),
+        ("DELETE", "/apis/rollout.dev/v1alpha1/namespaces/{ns}/rolloutjobs", False),
+        ("GET", "/api/v1/nodes", False),
+    ],
+)
+async def test_the_operator_may_do_what_the_charts_rbac_allows_and_nothing_else(
+    kube: Kube, method: str, path: str, allowed: bool
+) -> None:
+    info = kube.connection(Identity.OPERATOR)
+    tls = ssl.create_default_context(cafile=info.ca_path) if info.ca_path else False
+    async with aiohttp.ClientSession(
+        base_url=info.server,
+        connector=aiohttp.TCPConnector(ssl=tls),
+        headers={"Authorization": f"Bearer {info.token}"},
+    ) as operator:
+        got, body = await answer(operator, method, path.format(ns=kube.namespace))
+    assert (got != 403) == allowed, body
+    if not allowed:
+        user = operator_user(Identity.OPERATOR).name
+        assert f'is forbidden: User "{user}" cannot' in message(body)

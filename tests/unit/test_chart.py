@@ -95,10 +95,11 @@ NAMESPACED_RULES = {
     ("", "events"): {"create", "patch"},
 }
 CRD_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"}}
+# kopf lists and watches namespaces also when it serves named ones (read-only, names only).
+CLUSTER_READ_RULES = {**CRD_RULES, ("", "namespaces"): {"get", "list", "watch"}}
 CLUSTER_RULES = {
     **NAMESPACED_RULES,
-    **CRD_RULES,
-    ("", "namespaces"): {"get", "list", "watch"},
+    **CLUSTER_READ_RULES,
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
 }
 
@@ -283,14 +284,14 @@ def test_watching_the_cluster_grants_the_contract_cluster_wide() -> None:
     assert rendered.operator["spec"]["template"]["spec"]["serviceAccountName"] == RELEASE
 
 
-def test_watching_namespaces_grants_roles_there_and_only_crd_reads_cluster_wide() -> None:
+def test_watching_namespaces_grants_roles_there_and_only_reads_cluster_wide() -> None:
     rendered = scenario("namespaced")
     cluster_roles = rendered.of_kind("ClusterRole")
     assert [r["metadata"]["name"] for r in cluster_roles] == [f"{RELEASE}-crds"]
-    assert rules_of(cluster_roles[0]) == CRD_RULES
+    assert rules_of(cluster_roles[0]) == CLUSTER_READ_RULES
     for role in cluster_roles:
         granted = {resource for _, resource in rules_of(role)}
-        assert not granted & {"pods", "rolloutjobs", "rollouttrials", "namespaces"}
+        assert not granted & {"pods", "rolloutjobs", "rollouttrials", "secrets"}
     expected = {**NAMESPACED_RULES, ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
     roles = rendered.of_kind("Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["evals", "rl"]

@@ -23,3 +23,13 @@
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
 {{- end -}}
+
+{{/* Read-only access to namespaces. kopf lists and watches them even when it serves a list of
+namespaces by name: to follow namespaces that come and go. Without it kopf retries the refused
+list for about a minute, logging an ERROR each time, before it serves any job. Namespace objects
+hold names, labels and annotations, nothing secret. */}}
+{{- define "rollout-operator.namespaceRules" -}}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}
