@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,24 @@ def _cluster_reason() -> str | None:
     return None
 
 
+E2E_TIMEOUT_ENV = "ROLLOUT_E2E_TIMEOUT"
+E2E_TIMEOUT_DEFAULT_SEC = 600.0
+E2E_MARGIN_SEC = 300.0
+"""Beyond the job's own time: CRDs, the operator's start, the CLI's uploads and downloads, and
+the clean-up (jobs deleted and gone before the operator stops)."""
+
+
+def e2e_time_limit(environ: Mapping[str, str]) -> float:
+    """pytest's limit for an e2e test: the time its job may take (ROLLOUT_E2E_TIMEOUT, which the
+    tests themselves wait for) and a margin, instead of the suite's 120 s."""
+    return float(environ.get(E2E_TIMEOUT_ENV) or E2E_TIMEOUT_DEFAULT_SEC) + E2E_MARGIN_SEC
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = _cluster_reason()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=reason)
+    limit = pytest.mark.timeout(e2e_time_limit(os.environ))
     for item in items:
         if "e2e" in item.keywords:
-            item.add_marker(skip)
+            item.add_marker(limit)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -128,6 +128,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def delete_job_while_the_operator_runs(
+    custom: Any, namespace: str, name: str, operator: subprocess.Popen[bytes]
+) -> None:
+    """Delete the RolloutJob and wait until it is gone (the operator let it go)."""
+    try:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "rolloutjobs", name)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+    def gone() -> bool:
+        try:
+            custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "rolloutjobs", name)
+        except ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        return operator.poll() is not None  # no operator left to release it: stop waiting
+
+    wait_until(gone, timeout=60, what=f"RolloutJob {name} deleted")
+
+
 def test_the_operator_runs_an_oracle_job_on_a_real_cluster(
     api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
@@ -211,31 +233,34 @@ def test_the_operator_runs_an_oracle_job_on_a_real_cluster(
         except (TimeoutError, AssertionError):
             print(log_path.read_text())
             raise
+
+        status = job["status"]
+        assert status["counts"]["total"] == status["counts"]["completed"] == 1
+        assert status["passRate"] == 1.0
+        trials = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rollouttrials")
+        (trial,) = trials["items"]
+        assert trial["status"]["phase"] == "Succeeded"
+        assert trial["status"]["reward"] == 1.0
+        assert trial["status"].get("error") is None
+        result_key = job_result_key(settings.prefix, job_name)
+        assert status["resultUri"] == store.uri(result_key)
+        job_result = json.loads(store.get_bytes(result_key))
+        assert (job_result["total_trials"], job_result["pass_rate"]) == (1, 1.0)
+        trial_dir = trial_prefix(
+            settings.prefix, job_name, "oracle", dataset["name"], "hello-offline", 1
+        )
+        trial_result = json.loads(store.get_bytes(trial_dir + "result.json"))
+        assert (trial_result["reward"], trial_result["error"]) == (1.0, None)
+        assert store.exists(trial_dir + "logs/verifier/reward.txt")
+        # The trial's Pod is gone once the trial ended (preserveEnv is off).
+        pods = core.list_namespaced_pod(namespace, label_selector="rollout.dev/trial")
+        assert [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp] == []
     finally:
+        # The job first, while the operator runs: only it removes its finalizer, and a job left
+        # behind would hold the namespace Terminating for good.
+        delete_job_while_the_operator_runs(custom, namespace, job_name, operator)
         operator.terminate()
         try:
             operator.wait(timeout=30)
         except subprocess.TimeoutExpired:
             operator.kill()
-
-    status = job["status"]
-    assert status["counts"]["total"] == status["counts"]["completed"] == 1
-    assert status["passRate"] == 1.0
-    trials = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rollouttrials")
-    (trial,) = trials["items"]
-    assert trial["status"]["phase"] == "Succeeded"
-    assert trial["status"]["reward"] == 1.0
-    assert trial["status"].get("error") is None
-    result_key = job_result_key(settings.prefix, job_name)
-    assert status["resultUri"] == store.uri(result_key)
-    job_result = json.loads(store.get_bytes(result_key))
-    assert (job_result["total_trials"], job_result["pass_rate"]) == (1, 1.0)
-    trial_dir = trial_prefix(
-        settings.prefix, job_name, "oracle", dataset["name"], "hello-offline", 1
-    )
-    trial_result = json.loads(store.get_bytes(trial_dir + "result.json"))
-    assert (trial_result["reward"], trial_result["error"]) == (1.0, None)
-    assert store.exists(trial_dir + "logs/verifier/reward.txt")
-    # The trial's Pod is gone once the trial ended (preserveEnv is off).
-    pods = core.list_namespaced_pod(namespace, label_selector="rollout.dev/trial")
-    assert [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp] == []

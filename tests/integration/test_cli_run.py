@@ -342,3 +342,37 @@ async def test_a_refused_rolloutjob_leaves_no_secret_behind(
         ("DELETE", SECRETS, SECRET),
     ]
     assert await kube.find(SECRETS, SECRET) is None
+
+
+async def test_a_job_no_operator_picks_up_gets_a_hint_and_the_cli_waits_on(
+    kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No operator serves the namespace: the job gets no status. Once the grace is over, the
+    CLI says so and where to look, then goes on waiting (an operator may come)."""
+    args = run_args(cli, workspace.job_file(), "--operator-grace", "1")
+    run = asyncio.create_task(cli.run(capsys, *args))
+    await wait_for_job(kube, JOB)
+    await wait_for_watch(kube, count=3)  # each lasts the grace at most: 2 s or more have passed
+    await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Completed", rewards_of(TRIALS)))
+    outcome = await run
+    assert outcome.code == 0, outcome.stderr
+    hint = (
+        f"warning: no operator has picked up RolloutJob {JOB} in namespace {kube.namespace} "
+        "after 1 s: check that the operator runs"
+    )
+    assert hint in outcome.stderr
+    assert outcome.stderr.count("no operator has picked up") == 1
+    assert "still waiting (--fail-fast stops here instead)" in outcome.stderr
+
+
+async def test_with_fail_fast_no_operator_is_an_error(
+    kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = run_args(cli, workspace.job_file(), "--operator-grace", "1", "--fail-fast")
+    outcome = await cli.run(capsys, *args)
+    assert outcome.code == 1
+    assert outcome.stderr.splitlines()[-1].startswith(
+        f"error: no operator has picked up RolloutJob {JOB} in namespace {kube.namespace}"
+    )
+    assert "kubectl get deployments --all-namespaces" in outcome.stderr
+    assert await kube.find(ROLLOUT_JOBS, JOB) is not None  # left for an operator to come

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_kit import Cli
 from operator_kit import (
     job_manifest,
     job_phase,
@@ -19,6 +20,7 @@ from operator_kit import (
 
 from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
 from rollout.api.layout import job_result_key
+from rollout.api.resources import FINALIZER
 from rollout.api.results import JobResult
 from rollout.api.trials import trial_resource_name
 from rollout.storage import ObjectStore, StorageSettings
@@ -140,3 +142,42 @@ async def _none_left(kube: Kube, job: str) -> bool:
         and not await kube.list(ROLLOUT_TRIALS, kube.namespace, labels={"rollout.dev/job": job})
         and not await kube.list(PODS, kube.namespace, labels={"rollout.dev/job": job})
     )
+
+
+async def test_a_job_deleted_with_no_operator_waits_until_rollout_release_frees_it(
+    kube: Kube,
+    s3_settings: StorageSettings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The operator's finalizer outlives the operator: a job deleted while none runs stays,
+    deleting (and its namespace with it), until `rollout release` removes the finalizer."""
+    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("orphan", [dataset]))
+        await kube.wait_for(lambda: kube.find(PODS, trial("orphan", "b")), what="both Pods")
+    # The operator is gone (uninstalled, scaled to zero); the user cancels the job.
+    (tmp_path / "home").mkdir()
+    cli = Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
+    cancel = await cli.run(capsys, "cancel", "orphan", *cli.cluster_args(), *cli.storage_args())
+    assert cancel.code == 0, cancel.stderr
+    assert "free it with: rollout release orphan" in cancel.stdout
+    await kube.settle(quiet=0.3)
+    stuck = await kube.get(ROLLOUT_JOBS, "orphan")
+    assert stuck["metadata"]["deletionTimestamp"]
+    assert stuck["metadata"]["finalizers"] == [FINALIZER]
+    assert len(await kube.list(ROLLOUT_TRIALS, kube.namespace)) == 2
+
+    early = await cli.run(capsys, "release", "orphan", "--grace", "600", *cli.cluster_args())
+    assert early.code == 1
+    assert "an operator may still be finishing it; left alone" in early.stdout
+    released = await cli.run(capsys, "release", "--all", "--grace", "0", *cli.cluster_args())
+    assert released.code == 0, released.stderr
+    assert released.stdout.startswith(
+        f"released RolloutJob orphan in namespace {kube.namespace} (deleted "
+    )
+    await kube.wait_for(lambda: kube.gone(ROLLOUT_JOBS, "orphan"), what="the job gone")
+    await kube.wait_for(lambda: _none_left(kube, "orphan"), what="its trials and Pods gone")
+    nothing = await cli.run(capsys, "release", "--all", *cli.cluster_args())
+    assert nothing.stdout.startswith("no deleted RolloutJob waits for an operator in namespace")

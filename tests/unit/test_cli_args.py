@@ -12,7 +12,17 @@ from rollout.cli.logs import TrialPlace, parse_trial_path
 from rollout.cli.main import build_parser, main
 from rollout.cli.publish import parse_dataset_argument
 
-COMMANDS = ["run", "status", "logs", "download", "cancel", "render", "publish", "validate"]
+COMMANDS = [
+    "run",
+    "status",
+    "logs",
+    "download",
+    "cancel",
+    "release",
+    "render",
+    "publish",
+    "validate",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -89,3 +99,19 @@ def test_dataset_arguments(tmp_path: Path) -> None:
         parse_dataset_argument(str(tmp_path / "registry.json"))
     with pytest.raises(InvalidInput, match=r"REGISTRY#NAME\[@VERSION\]"):
         parse_dataset_argument("registry.json#")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "name the jobs to release, or give --all (not both)"),
+        (["a", "--all"], "name the jobs to release, or give --all (not both)"),
+        (["a", "-A"], "-A/--all-namespaces goes with --all"),
+        (["--all", "--grace", "-1"], "--grace: -1 is negative"),
+    ],
+)
+def test_release_says_what_it_needs(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["release", *args], {}) == 1
+    assert capsys.readouterr().err == f"error: command line: {says}\n"

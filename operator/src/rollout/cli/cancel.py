@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from rollout.api.errors import InvalidInput
 from rollout.api.layout import job_prefix
+from rollout.api.resources import FINALIZER
 from rollout.cli import config, kube
 from rollout.cli.errors import CliError, ExitCode
 from rollout.cli.jobs import find_job, results_store
@@ -64,6 +65,13 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         "their Pods and its agent env Secret are deleted with it",
         markup=False,
     )
+    remaining = cluster.get_job(job.name)
+    if remaining is not None and FINALIZER in (remaining["metadata"].get("finalizers") or []):
+        console.print(
+            f"it goes once the operator has stopped its work on it; if no operator serves "
+            f"namespace {cluster.namespace}, free it with: rollout release {job.name}",
+            markup=False,
+        )
     prefix = job_prefix(store.settings.prefix if store else "", job.job_name)
     if store is None:
         console.print(

@@ -235,6 +235,31 @@ class Cluster:
         )
         return found is not None
 
+    def remove_job_finalizer(self, job: Body, finalizer: str) -> None:
+        """Take `finalizer` off the RolloutJob `job` as it was read: a JSON patch that tests the
+        resourceVersion first, so a finalizer list changed meanwhile is not overwritten (409)."""
+        meta = job["metadata"]
+        name, namespace = meta["name"], meta.get("namespace") or self.namespace
+        remaining = [f for f in meta.get("finalizers") or [] if f != finalizer]
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            {"op": "replace", "path": "/metadata/finalizers", "value": remaining},
+        ]
+        self._call(
+            f"release RolloutJob {name} in namespace {namespace}",
+            lambda: self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                JOBS,
+                name,
+                patch,
+                _content_type="application/json-patch+json",  # the client would send merge
+                _request_timeout=self._timeout(),
+            ),
+            missing_ok=True,
+        )
+
     def get_trial(self, name: str) -> Body | None:
         return self._call(
             f"read RolloutTrial {name} in {self.where}",
@@ -284,9 +309,12 @@ class Cluster:
 
     # --- watching ---------------------------------------------------------------------------
 
-    def watch_job(self, name: str, *, timeout_seconds: int = WATCH_TIMEOUT_SEC) -> Iterator[Body]:
+    def watch_job(
+        self, name: str, *, timeout_seconds: int = WATCH_TIMEOUT_SEC, ticks: bool = False
+    ) -> Iterator[Body]:
         """The RolloutJob `name` now and after every change; ends when it is deleted (or is not
-        there to begin with).
+        there to begin with). With `ticks`, the last one is also yielded again whenever a watch
+        ends (every `timeout_seconds` at most), so that the caller can look at the clock.
 
         One list, then watches from its resourceVersion, each ended by the server after
         `timeout_seconds` and started again from the last event; a 410 Gone lists again.
@@ -309,7 +337,8 @@ class Cluster:
             items = (listing or {}).get("items", [])
             if not items:
                 return
-            yield items[0]
+            last: Body = items[0]
+            yield last
             version = str((listing or {}).get("metadata", {}).get("resourceVersion", ""))
             while True:
                 try:
@@ -319,7 +348,10 @@ class Cluster:
                         if kind == "DELETED":
                             return
                         if kind in ("ADDED", "MODIFIED"):
+                            last = body
                             yield body
+                    if ticks:
+                        yield last
                 except ApiException as err:
                     if err.status == 410:  # our resourceVersion is too old: list again
                         break

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from rollout.api.errors import InvalidInput
-from rollout.cli import cancel, download, logs, publish, render, run, status, validate
+from rollout.cli import cancel, download, logs, publish, release, render, run, status, validate
 from rollout.cli.errors import CliError, ExitCode
 from rollout.storage import StorageError
 
@@ -24,6 +24,7 @@ examples:
   rollout logs my-eval oracle/tasks/hello__1    a trial's install, agent and verifier output
   rollout download my-eval                      its results into ./jobs/my-eval/
   rollout cancel my-eval                        stop it (results so far stay in storage)
+  rollout release --all -A                      free deleted jobs no operator serves
   rollout render job.yaml > rolloutjob.yaml     the manifests, for GitOps
   rollout publish ./tasks                       upload a dataset, print its content address
   rollout validate tasks/hello-world            check one task directory
@@ -33,7 +34,7 @@ Cluster: the current kubeconfig context and namespace (--context, --namespace).
 Storage: --storage-* flags, ROLLOUT_STORAGE_* variables or ~/.config/rollout/config.yaml.
 """
 
-COMMAND_MODULES = (run, status, logs, download, cancel, render, publish)
+COMMAND_MODULES = (run, status, logs, download, cancel, release, render, publish)
 
 
 def build_parser() -> argparse.ArgumentParser:

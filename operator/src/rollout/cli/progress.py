@@ -7,13 +7,18 @@ the display.
 
 `follow` watches the RolloutJob (a Kubernetes watch, re-established when the server ends it; see
 `Cluster.watch_job`) and updates a `ProgressDisplay` on every change: a rich progress bar when
-stdout is a terminal, else one plain line each time the figures change.
+stdout is a terminal, else one plain line each time the figures change. A job that no operator
+answers (no status) within a grace gets a warning that says where to look, instead of a CLI that
+waits silently.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TextIO
@@ -22,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from rollout.api.resources import JobConditionType, JobPhase
+from rollout.cli.errors import CliError
 from rollout.cli.kube import WATCH_TIMEOUT_SEC, Cluster
 
 FINISHED_PHASES = frozenset({JobPhase.COMPLETED.value, JobPhase.FAILED.value})
@@ -179,6 +185,13 @@ class ProgressDisplay:
         if self._progress is not None:
             self._progress.stop()
 
+    def warn(self, message: str) -> None:
+        """A warning on stderr, between the progress lines (or above the live bar)."""
+        if self._progress is not None:
+            self._progress.console.print(message, markup=False, style="yellow")
+        else:
+            print(message, file=sys.stderr, flush=True)
+
     def update(self, view: JobView) -> None:
         if self._progress is not None and self._task is not None:
             self._progress.update(
@@ -196,18 +209,70 @@ class ProgressDisplay:
             self._last_line = line
 
 
+OPERATOR_GRACE_SEC = 30.0
+"""How long a job may go without a status from an operator before the CLI says so."""
+TICK_SEC = 10
+"""While no operator has answered, each watch lasts at most this long, so the grace is noticed."""
+
+
+class NoOperator(CliError):
+    """No operator has picked the job up within the grace."""
+
+
 def follow(
     cluster: Cluster,
     name: str,
     display: ProgressDisplay,
     *,
     timeout_seconds: int = WATCH_TIMEOUT_SEC,
+    operator_grace: float = OPERATOR_GRACE_SEC,
+    fail_fast: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any] | None:
     """Show the job's progress until it is Completed or Failed (then return the RolloutJob as it
-    was then), or deleted (None)."""
-    for body in cluster.watch_job(name, timeout_seconds=timeout_seconds):
+    was then), or deleted (None).
+
+    A job that no operator has given a status within `operator_grace` seconds gets a warning
+    saying where to look (once; the CLI goes on waiting), or, with `fail_fast`, `NoOperator`.
+    """
+    started = clock()
+    warned = False
+    tick = min(timeout_seconds, max(1, math.ceil(min(operator_grace, TICK_SEC))))
+    for body in cluster.watch_job(name, timeout_seconds=tick, ticks=True):
         view = JobView.from_body(body)
         display.update(view)
         if view.done:
             return body
+        if not warned and not body.get("status") and clock() - started >= operator_grace:
+            message = no_operator_message(name, cluster.namespace, operator_grace)
+            if fail_fast:
+                raise NoOperator(message)
+            display.warn(f"warning: {message}; still waiting (--fail-fast stops here instead)")
+            warned = True
     return None
+
+
+def no_operator_message(name: str, namespace: str, grace: float) -> str:
+    return (
+        f"no operator has picked up RolloutJob {name} in namespace {namespace} after {grace:g} s: "
+        "check that the operator runs (kubectl get deployments --all-namespaces "
+        "-l app.kubernetes.io/name=rollout-operator), that it watches this namespace (the "
+        "chart's watchNamespaces), and its log (kubectl logs deployment/rollout-operator "
+        "--namespace <its namespace>)"
+    )
+
+
+def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
+    """--operator-grace and --fail-fast, for the commands that follow a job."""
+    parser.add_argument(
+        "--operator-grace",
+        type=float,
+        default=OPERATOR_GRACE_SEC,
+        metavar="SECONDS",
+        help="warn when no operator has picked the job up this long (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="exit 1 instead of waiting on when no operator has picked the job up (for CI)",
+    )

@@ -35,7 +35,13 @@ from rollout.cli import config, kube
 from rollout.cli.download import download_results
 from rollout.cli.errors import CliError, ExitCode
 from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
-from rollout.cli.progress import JobView, ProgressDisplay, follow, make_console
+from rollout.cli.progress import (
+    JobView,
+    ProgressDisplay,
+    add_operator_arguments,
+    follow,
+    make_console,
+)
 from rollout.cli.publish import publish_datasets
 from rollout.cli.summary import load_summary, print_summary
 from rollout.storage import ObjectStore, StorageSettings
@@ -71,6 +77,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--detach", action="store_true", help="submit the job and return without following it"
     )
+    add_operator_arguments(parser)
     parser.add_argument(
         "--watch-timeout",
         type=int,
@@ -193,7 +200,14 @@ def _follow_and_download(
 ) -> int:
     console = make_console()
     with ProgressDisplay(console) as display:
-        final = follow(cluster, name, display, timeout_seconds=args.watch_timeout)
+        final = follow(
+            cluster,
+            name,
+            display,
+            timeout_seconds=args.watch_timeout,
+            operator_grace=args.operator_grace,
+            fail_fast=args.fail_fast,
+        )
     if final is None:
         note(
             f"RolloutJob {name} was deleted before it finished; results written so far stay in "

@@ -17,7 +17,15 @@ from rich.table import Table
 
 from rollout.cli import kube
 from rollout.cli.errors import CliError, ExitCode
-from rollout.cli.progress import JobView, ProgressDisplay, follow, make_console, number, percent
+from rollout.cli.progress import (
+    JobView,
+    ProgressDisplay,
+    add_operator_arguments,
+    follow,
+    make_console,
+    number,
+    percent,
+)
 from rollout.cli.summary import from_status, print_summary
 
 EPILOG = """\
@@ -41,6 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "job", nargs="?", metavar="JOB", help="the RolloutJob's name, or the job's name"
     )
     parser.add_argument("-w", "--watch", action="store_true", help="follow until it finishes")
+    add_operator_arguments(parser)
     parser.add_argument(
         "-A", "--all-namespaces", action="store_true", help="list jobs of every namespace"
     )
@@ -69,7 +78,13 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         show_job(console, body, cluster.namespace)
         return ExitCode.OK
     with ProgressDisplay(console) as display:
-        final = follow(cluster, name, display)
+        final = follow(
+            cluster,
+            name,
+            display,
+            operator_grace=args.operator_grace,
+            fail_fast=args.fail_fast,
+        )
     if final is None:
         console.print(f"RolloutJob {name} was deleted", markup=False)
         return ExitCode.DELETED

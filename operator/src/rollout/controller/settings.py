@@ -32,10 +32,9 @@ import math
 
 import kopf
 
-from rollout.api.resources import GROUP, LABEL_TRIAL
+from rollout.api.resources import FINALIZER, GROUP, LABEL_TRIAL
 from rollout.controller.config import OperatorConfig
 
-FINALIZER = f"{GROUP}/finalizer"
 DIFFBASE_KEY = "last-handled-configuration"
 WATCH_SERVER_TIMEOUT_SEC = 270
 WATCH_CLIENT_TIMEOUT_SEC = 300.0

@@ -5,6 +5,7 @@ Models only; `rollout.api.crd` generates the CustomResourceDefinitions in crds/ 
 
 from rollout.api.resources.common import (
     API_VERSION,
+    FINALIZER,
     GROUP,
     LABEL_AGENT,
     LABEL_DATASET,
@@ -65,6 +66,7 @@ CUSTOM_RESOURCES = (RolloutJob, RolloutTrial)
 __all__ = [
     "API_VERSION",
     "CUSTOM_RESOURCES",
+    "FINALIZER",
     "GROUP",
     "LABEL_AGENT",
     "LABEL_DATASET",

@@ -58,6 +58,11 @@ LABEL_AGENT = f"{GROUP}/agent"
 LABEL_DATASET = f"{GROUP}/dataset"
 LABEL_TASK = f"{GROUP}/task"
 
+FINALIZER = f"{GROUP}/finalizer"
+"""The operator's finalizer on every RolloutJob: it stops its work on a deleted job before the
+job goes (kopf needs it to stop the job's daemon). With no operator to remove it, a deleted job
+stays until `rollout release` removes it."""
+
 
 def _name_of(what: str) -> AfterValidator:
     return AfterValidator(lambda value: check_name(value, what))
