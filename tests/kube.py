@@ -1789,7 +1789,6 @@ class Kube(abc.ABC):
 
     # ---- errors on demand
 
-    @abc.abstractmethod
     def fail(
         self,
         method: str,
@@ -1805,6 +1804,25 @@ class Kube(abc.ABC):
         """Answer the next `times` matching requests with an error instead of serving them
         (the emulator only: a real API server fails on no one's demand; tests that need it are
         skipped there)."""
+        self._inject_fault(
+            Fault(
+                method=method.upper(),
+                resource=resource_of(resource) if resource else None,
+                name=name,
+                subresource=None if subresource is ... else subresource,
+                any_subresource=subresource is ...,
+                error=api_error(status, reason, message),
+                remaining=times,
+            )
+        )
+
+    @abc.abstractmethod
+    def _inject_fault(self, fault: Fault) -> None: ...
+
+    @abc.abstractmethod
+    def needs_garbage_collector(self) -> None:
+        """Skip the test where nothing collects garbage (a real control plane without
+        kube-controller-manager, as envtest runs it): owner references would never cascade."""
 
     # ---- waiting and the operator
 
@@ -2054,29 +2072,11 @@ class EmulatedKube(Kube):
 
     # ---- errors on demand
 
-    def fail(
-        self,
-        method: str,
-        resource: str | None = None,
-        *,
-        name: str | None = None,
-        subresource: str | EllipsisType | None = ...,
-        status: int = 500,
-        reason: str = "InternalError",
-        message: str = "injected by the test",
-        times: int = 1,
-    ) -> None:
-        self.emulator.add_fault(
-            Fault(
-                method=method.upper(),
-                resource=resource_of(resource) if resource else None,
-                name=name,
-                subresource=None if subresource is ... else subresource,
-                any_subresource=subresource is ...,
-                error=api_error(status, reason, message),
-                remaining=times,
-            )
-        )
+    def _inject_fault(self, fault: Fault) -> None:
+        self.emulator.add_fault(fault)
+
+    def needs_garbage_collector(self) -> None:
+        pass  # the emulator collects dependents at once
 
 
 def _phase_of(states: Sequence[Mapping[str, Any]]) -> str:

@@ -45,7 +45,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import EllipsisType
 from typing import Any
 
 import aiohttp
@@ -874,20 +873,24 @@ class RealKube(Kube):
             await self._request("DELETE", path, {"gracePeriodSeconds": 0})
 
     async def _clean_up(self) -> None:
-        """Leave nothing that holds the namespace: finalizers off, bound Pods gone, then the
-        namespace deleted (the namespace controller finishes it in the background)."""
-        for resource in ("rollout.dev/v1alpha1/rolloutjobs", "rollout.dev/v1alpha1/rollouttrials"):
-            for namespace in self._own_namespaces():
+        """Leave nothing behind for later tests (a cluster-wide operator would see it): the
+        test's jobs, trials and Pods deleted at once (finalizers off, no grace), then its
+        namespaces (which the namespace controller, where it runs, finishes in the background)."""
+        rollout = ("rollout.dev/v1alpha1/rolloutjobs", "rollout.dev/v1alpha1/rollouttrials")
+        for namespace in self._own_namespaces():
+            for resource in rollout:
                 with contextlib.suppress(ApiError):
                     for obj in await self.list(resource, namespace):
                         if obj["metadata"].get("finalizers"):
                             release = {"metadata": {"finalizers": None}}
                             await self.patch(resource, obj["metadata"]["name"], release, namespace)
-        for namespace in self._own_namespaces():
-            with contextlib.suppress(ApiError):
-                await self._request(
-                    "DELETE", resource_path(PODS, namespace), params={"gracePeriodSeconds": "0"}
-                )
+            for resource in (*rollout, PODS):
+                with contextlib.suppress(ApiError):
+                    await self._request(
+                        "DELETE",
+                        resource_path(resource, namespace),
+                        params={"gracePeriodSeconds": "0"},
+                    )
             with contextlib.suppress(ApiError):
                 await self.delete(NAMESPACES, namespace, None)
 
@@ -920,22 +923,11 @@ class RealKube(Kube):
         self._sync()
         return self.audit.calls[self._base + since :]
 
-    def fail(
-        self,
-        method: str,
-        resource: str | None = None,
-        *,
-        name: str | None = None,
-        subresource: str | EllipsisType | None = ...,
-        status: int = 500,
-        reason: str = "InternalError",
-        message: str = "injected by the test",
-        times: int = 1,
-    ) -> None:
+    def _inject_fault(self, fault: Any) -> None:
         pytest.skip("injected API errors need the emulator: a real API server fails on no demand")
 
-
-def requires_garbage_collector(kube: Kube) -> None:
-    """Skip on a real control plane without kube-controller-manager (no garbage collector)."""
-    if isinstance(kube, RealKube) and not kube.plane.garbage_collector:
-        pytest.skip("needs garbage collection: no kube-controller-manager beside kube-apiserver")
+    def needs_garbage_collector(self) -> None:
+        if not self.plane.garbage_collector:
+            pytest.skip(
+                "needs garbage collection: no kube-controller-manager beside kube-apiserver"
+            )

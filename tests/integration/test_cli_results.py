@@ -233,6 +233,7 @@ async def test_cancel_deletes_the_job_and_says_what_storage_keeps(
     s3_settings: StorageSettings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    kube.needs_garbage_collector()  # owner references cascade
     job = await kube.get(ROLLOUT_JOBS, NAME)
     owner = {"apiVersion": "rollout.dev/v1alpha1", "kind": "RolloutJob", "name": NAME,
              "uid": job["metadata"]["uid"]}  # fmt: skip

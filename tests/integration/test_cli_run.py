@@ -254,6 +254,7 @@ async def test_a_job_that_fails_exits_1_with_the_reason(
 async def test_a_deleted_job_exits_3_and_says_where_results_are(
     kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    kube.needs_garbage_collector()  # owner references cascade
     run = asyncio.create_task(cli.run(capsys, *run_args(cli, workspace.job_file())))
     await wait_for_job(kube, JOB)
     await kube.wait_for(lambda: _owned_secret(kube), what="owned Secret")

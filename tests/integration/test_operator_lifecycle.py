@@ -99,6 +99,7 @@ async def test_a_job_with_its_own_storage_reads_and_writes_there(
 async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
     kube: Kube, s3_settings: StorageSettings, tmp_path: Path
 ) -> None:
+    kube.needs_garbage_collector()  # owner references cascade
     dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
@@ -122,6 +123,7 @@ async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
 async def test_a_finished_job_is_deleted_after_its_ttl(
     kube: Kube, s3_settings: StorageSettings, tmp_path: Path
 ) -> None:
+    kube.needs_garbage_collector()  # owner references cascade
     dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
@@ -152,6 +154,7 @@ async def test_a_job_deleted_with_no_operator_waits_until_rollout_release_frees_
 ) -> None:
     """The operator's finalizer outlives the operator: a job deleted while none runs stays,
     deleting (and its namespace with it), until `rollout release` removes the finalizer."""
+    kube.needs_garbage_collector()  # owner references cascade
     dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
