@@ -37,6 +37,7 @@ from kube import ROLLOUT_JOBS, SECRETS, Kube
 from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.taskdir import task_content_hash
+from rollout.cli.kube import WATCH_TIMEOUT_SEC
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
@@ -353,7 +354,8 @@ async def test_a_job_no_operator_picks_up_gets_a_hint_and_the_cli_waits_on(
     args = run_args(cli, workspace.job_file(), "--operator-grace", "1")
     run = asyncio.create_task(cli.run(capsys, *args))
     await wait_for_job(kube, JOB)
-    await wait_for_watch(kube, count=3)  # each lasts the grace at most: 2 s or more have passed
+    # The first watch lasts the grace at most; the CLI warns before it opens the second.
+    await wait_for_watch(kube, count=2)
     await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Completed", rewards_of(TRIALS)))
     outcome = await run
     assert outcome.code == 0, outcome.stderr
@@ -364,6 +366,10 @@ async def test_a_job_no_operator_picks_up_gets_a_hint_and_the_cli_waits_on(
     assert hint in outcome.stderr
     assert outcome.stderr.count("no operator has picked up") == 1
     assert "still waiting (--fail-fast stops here instead)" in outcome.stderr
+    # Once it has warned, it watches as usual again (not every grace).
+    watches = [c for c in kube.calls() if c.is_watch and c.resource == ROLLOUT_JOBS]
+    timeouts = [c.params["timeoutSeconds"] for c in watches]
+    assert timeouts[:2] == ["1", str(WATCH_TIMEOUT_SEC)]
 
 
 async def test_with_fail_fast_no_operator_is_an_error(

@@ -310,11 +310,16 @@ class Cluster:
     # --- watching ---------------------------------------------------------------------------
 
     def watch_job(
-        self, name: str, *, timeout_seconds: int = WATCH_TIMEOUT_SEC, ticks: bool = False
+        self,
+        name: str,
+        *,
+        timeout_seconds: int | Callable[[], int] = WATCH_TIMEOUT_SEC,
+        ticks: bool = False,
     ) -> Iterator[Body]:
         """The RolloutJob `name` now and after every change; ends when it is deleted (or is not
         there to begin with). With `ticks`, the last one is also yielded again whenever a watch
-        ends (every `timeout_seconds` at most), so that the caller can look at the clock.
+        ends (every `timeout_seconds` at most), so that the caller can look at the clock;
+        `timeout_seconds` may be a function, asked before each watch.
 
         One list, then watches from its resourceVersion, each ended by the server after
         `timeout_seconds` and started again from the last event; a 410 Gone lists again.
@@ -342,7 +347,8 @@ class Cluster:
             version = str((listing or {}).get("metadata", {}).get("resourceVersion", ""))
             while True:
                 try:
-                    for kind, body in self._watch_once(selector, version, timeout_seconds):
+                    timeout = timeout_seconds() if callable(timeout_seconds) else timeout_seconds
+                    for kind, body in self._watch_once(selector, version, timeout):
                         failures = 0
                         version = str(body.get("metadata", {}).get("resourceVersion") or version)
                         if kind == "DELETED":

@@ -236,14 +236,19 @@ def follow(
     saying where to look (once; the CLI goes on waiting), or, with `fail_fast`, `NoOperator`.
     """
     started = clock()
-    warned = False
+    warned = answered = False
     tick = min(timeout_seconds, max(1, math.ceil(min(operator_grace, TICK_SEC))))
-    for body in cluster.watch_job(name, timeout_seconds=tick, ticks=True):
+
+    def watch_timeout() -> int:  # short watches only while the grace may still run out
+        return timeout_seconds if warned or answered else tick
+
+    for body in cluster.watch_job(name, timeout_seconds=watch_timeout, ticks=True):
         view = JobView.from_body(body)
         display.update(view)
         if view.done:
             return body
-        if not warned and not body.get("status") and clock() - started >= operator_grace:
+        answered = answered or bool(body.get("status"))
+        if not warned and not answered and clock() - started >= operator_grace:
             message = no_operator_message(name, cluster.namespace, operator_grace)
             if fail_fast:
                 raise NoOperator(message)

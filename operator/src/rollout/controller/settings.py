@@ -1,7 +1,9 @@
 """kopf's settings for the operator, chosen in one place (called from the startup handler).
 
 - Our own domain for what kopf stores on RolloutJobs: the finalizer `rollout.dev/finalizer` (the
-  job's daemon needs it, so that kopf can stop the daemon before the job goes) and, should any
+  job's daemon needs it, so that kopf can stop the daemon before the job goes and nothing is
+  created for a job on its way out; kopf puts it on every object a daemon serves; where no
+  operator runs any more, `rollout release` takes it off deleted jobs) and, should any
   handler ever need them, progress and diff-base annotations under `rollout.dev/`, never
   kopf.zalando.org. RolloutTrials and Pods get none of these: only indexes, `on.event` handlers
   and the job's daemon touch them, and those store nothing on the objects.
