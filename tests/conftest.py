@@ -13,6 +13,9 @@ import pytest
 # top-level modules from every test directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# Tasks' own tests (tests/data/**/tests/test_*.py) are data: they run inside a task's image.
+collect_ignore_glob = ["data/*"]
+
 
 def _cluster_reason() -> str | None:
     """Why e2e tests cannot run here, or None when KUBECONFIG names a reachable cluster."""

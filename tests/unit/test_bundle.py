@@ -12,6 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from paths import (
+    HARBOR,
+    SHARED_TASKS,
+    TERMINAL_BENCH,
+    requires_shared_tasks,
+    shared_task_dirs,
+    task_dirs,
+)
 from rollout.api.bundle import (
     DatasetManifest,
     build_manifest,
@@ -24,14 +32,13 @@ from rollout.api.dataset import load_local_dataset
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.taskdir import task_content_hash
 
-SHARED_TASKS = Path(__file__).resolve().parents[3] / "shared" / "tasks"
-HELLO_WORLD = SHARED_TASKS / "harbor-examples" / "hello-world"
+HELLO_WORLD = HARBOR / "hello-world"
 
 
 def _copy_with_mtime(source: Path, dest: Path, mtime: int) -> Path:
     shutil.copytree(source, dest)
     for path in [dest, *dest.rglob("*")]:
-        path.chmod(path.stat().st_mode | 0o200)  # the shared tasks are read-only
+        path.chmod(path.stat().st_mode | 0o200)  # the shared samples are read-only
         os.utime(path, (mtime, mtime), follow_symlinks=False)
     return dest
 
@@ -113,13 +120,17 @@ def test_an_archive_extracts_to_the_same_tree(tmp_path: Path) -> None:
     extract_task_archive(task_archive(task), dest)
     assert _tree(dest) == _tree(task)
     assert task_content_hash(dest) == task_content_hash(task)
-    assert (dest / "environment" / "alias").read_bytes() == b"FROM ubuntu:24.04\n\nWORKDIR /app"
+    assert (dest / "environment" / "alias").read_bytes() == (
+        task / "environment" / "Dockerfile"
+    ).read_bytes()
     assert os.readlink(dest / "environment" / "nested" / "up") == "../Dockerfile"
 
 
-def test_every_shared_task_round_trips(tmp_path: Path) -> None:
-    for task_dir in sorted(p for p in SHARED_TASKS.glob("*/*") if p.is_dir()):
-        dest = tmp_path / task_dir.name
+def test_every_task_round_trips(tmp_path: Path) -> None:
+    tasks = task_dirs(HARBOR) + task_dirs(TERMINAL_BENCH) + shared_task_dirs()
+    assert len(tasks) >= 5
+    for index, task_dir in enumerate(tasks):
+        dest = tmp_path / f"{index}-{task_dir.name}"  # names repeat across the datasets
         extract_task_archive(task_archive(task_dir), dest)
         assert task_content_hash(dest) == task_content_hash(task_dir)
 
@@ -254,22 +265,31 @@ def test_garbage_is_not_an_archive(tmp_path: Path, data: bytes) -> None:
 # --- Manifests ------------------------------------------------------------------------------
 
 
-def test_manifest_of_a_dataset() -> None:
-    dataset = load_local_dataset(SHARED_TASKS / "terminal-bench-2-sample")
+@pytest.mark.parametrize(
+    ("directory", "image_owner"),
+    [
+        (TERMINAL_BENCH, "rollout-tests"),
+        pytest.param(
+            SHARED_TASKS / "terminal-bench-2-sample", "alexgshaw", marks=requires_shared_tasks
+        ),
+    ],
+)
+def test_manifest_of_a_dataset(directory: Path, image_owner: str) -> None:
+    dataset = load_local_dataset(directory)
     manifest = build_manifest(dataset)
-    assert manifest.name == "terminal-bench-2-sample"
+    assert manifest.name == directory.name
     assert [t.name for t in manifest.tasks] == [t.name for t in dataset.tasks]
     for entry, task in zip(manifest.tasks, dataset.tasks, strict=True):
         assert entry.content_hash == task_content_hash(task.path)
         assert len(entry.content_hash) == 64
         assert entry.has_solution is True
-        assert entry.config["environment"]["docker_image"] == f"alexgshaw/{task.name}:20251031"
+        assert entry.config["environment"]["docker_image"] == f"{image_owner}/{task.name}:20251031"
         assert entry.task_config() == task.config
 
 
 def test_manifest_digest_is_stable_and_content_addressed(tmp_path: Path) -> None:
     for name in ("hello-user", "hello-world"):
-        _copy_with_mtime(SHARED_TASKS / "harbor-examples" / name, tmp_path / "ds" / name, 7)
+        _copy_with_mtime(HARBOR / name, tmp_path / "ds" / name, 7)
     first = build_manifest(load_local_dataset(tmp_path / "ds"))
     shutil.copytree(tmp_path / "ds", tmp_path / "copy" / "ds")
     again = build_manifest(load_local_dataset(tmp_path / "copy" / "ds"))
@@ -283,7 +303,7 @@ def test_manifest_digest_is_stable_and_content_addressed(tmp_path: Path) -> None
 
 
 def test_manifest_json_is_canonical_and_reads_back() -> None:
-    manifest = build_manifest(load_local_dataset(SHARED_TASKS / "harbor-examples"))
+    manifest = build_manifest(load_local_dataset(HARBOR))
     raw = canonical_json(manifest)
     data = json.loads(raw)
     assert raw == json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from paths import SHARED_TASKS
+from paths import (
+    HARBOR,
+    SHARED_TASKS,
+    TERMINAL_BENCH,
+    requires_shared_tasks,
+    shared_task_dirs,
+    task_dirs,
+)
 from rollout.cli.main import main
 
-SHARED_TASK_DIRS = sorted(p for p in SHARED_TASKS.glob("*/*") if (p / "task.toml").is_file())
-SHARED_DATASETS = sorted(p for p in SHARED_TASKS.iterdir() if p.is_dir())
+OWN_TASK_DIRS = task_dirs(HARBOR) + task_dirs(TERMINAL_BENCH)
 
 
 def run(capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, list[str]]:
@@ -22,18 +28,29 @@ def run(capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, list[str
     return code, capsys.readouterr().out.splitlines()
 
 
+def test_every_task_and_dataset_of_each_format_is_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert len(OWN_TASK_DIRS) == 5
+    code, lines = run(capsys, *OWN_TASK_DIRS, HARBOR, TERMINAL_BENCH)
+    expected = [f"ok {p} (task)" for p in OWN_TASK_DIRS]
+    expected += [f"ok {HARBOR} (dataset)", f"ok {TERMINAL_BENCH} (dataset)"]
+    assert (code, lines) == (0, expected)
+
+
+@requires_shared_tasks
 def test_every_shared_task_and_dataset_is_ok(capsys: pytest.CaptureFixture[str]) -> None:
-    assert len(SHARED_TASK_DIRS) == 9
-    code, lines = run(capsys, *SHARED_TASK_DIRS, *SHARED_DATASETS)
-    expected = [f"ok {p} (task)" for p in SHARED_TASK_DIRS]
-    expected += [f"ok {p} (dataset)" for p in SHARED_DATASETS]
+    shared_tasks = shared_task_dirs()
+    shared_datasets = task_dirs(SHARED_TASKS)
+    assert len(shared_tasks) == 9
+    code, lines = run(capsys, *shared_tasks, *shared_datasets)
+    expected = [f"ok {p} (task)" for p in shared_tasks]
+    expected += [f"ok {p} (dataset)" for p in shared_datasets]
     assert (code, lines) == (0, expected)
 
 
 def test_job_with_local_dataset_and_registry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shutil.copytree(SHARED_TASKS / "harbor-examples", tmp_path / "tasks")
+    shutil.copytree(HARBOR, tmp_path / "tasks")
     registry = tmp_path / "registry.json"
     registry.write_text(
         json.dumps(
@@ -80,10 +97,10 @@ def test_broken_task_lists_every_problem_and_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     task = tmp_path / "broken"
-    shutil.copytree(SHARED_TASKS / "harbor-examples" / "hello-world", task)
+    shutil.copytree(HARBOR / "hello-world", task)
     (task / "instruction.md").unlink()
     (task / "tests" / "test.sh").unlink()
-    good = SHARED_TASK_DIRS[0]
+    good = OWN_TASK_DIRS[0]
     code, lines = run(capsys, task, good)
     assert code == 1
     assert any("instruction.md" in line for line in lines)

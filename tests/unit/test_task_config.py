@@ -3,22 +3,56 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from paths import (
+    DATA,
+    HARBOR,
+    SHARED_TASKS,
+    TERMINAL_BENCH,
+    requires_shared_tasks,
+    shared_task_dirs,
+    task_dirs,
+)
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.task import TaskConfig, load_task_config, parse_task_config
 
-SHARED_TASKS = Path(__file__).resolve().parents[3] / "shared" / "tasks"
-DATA = Path(__file__).resolve().parents[1] / "data"
-TERMINAL_BENCH = sorted((SHARED_TASKS / "terminal-bench-2-sample").iterdir())
-HARBOR = sorted((SHARED_TASKS / "harbor-examples").iterdir())
 GB = 10**9
 MIB = 2**20
 
+SHARED_TERMINAL_BENCH = task_dirs(SHARED_TASKS / "terminal-bench-2-sample")
+SHARED_HARBOR = task_dirs(SHARED_TASKS / "harbor-examples")
 
+
+def shared(dirs: list[Path]) -> list[Any]:
+    return [pytest.param(d, id=f"shared-{d.name}", marks=requires_shared_tasks) for d in dirs]
+
+
+TERMINAL_BENCH_TASKS = [
+    *[pytest.param(d, "rollout-tests", id=d.name) for d in task_dirs(TERMINAL_BENCH)],
+    *[
+        pytest.param(d, "alexgshaw", id=f"shared-{d.name}", marks=requires_shared_tasks)
+        for d in SHARED_TERMINAL_BENCH
+    ],
+]
+HARBOR_TASKS = [*task_dirs(HARBOR), *shared(SHARED_HARBOR)]
+
+
+def test_the_tasks_of_each_format_are_there() -> None:
+    assert [p.name for p in task_dirs(TERMINAL_BENCH) + task_dirs(HARBOR)] == [
+        "count-lines",
+        "sum-column",
+        "hello-user",
+        "hello-workdir",
+        "hello-world",
+    ]
+
+
+@requires_shared_tasks
 def test_the_shared_tasks_are_there() -> None:
-    names = [p.name for p in TERMINAL_BENCH + HARBOR]
+    names = [p.name for p in SHARED_TERMINAL_BENCH + SHARED_HARBOR]
     assert names == [
         "fix-git",
         "kv-store-grpc",
@@ -32,11 +66,11 @@ def test_the_shared_tasks_are_there() -> None:
     ]
 
 
-@pytest.mark.parametrize("task_dir", TERMINAL_BENCH, ids=lambda p: p.name)
-def test_terminal_bench_task_toml(task_dir: Path) -> None:
+@pytest.mark.parametrize(("task_dir", "image_owner"), TERMINAL_BENCH_TASKS)
+def test_terminal_bench_task_toml(task_dir: Path, image_owner: str) -> None:
     config = load_task_config(task_dir / "task.toml")
     assert config.version == "1.0"
-    assert config.environment.docker_image == f"alexgshaw/{task_dir.name}:20251031"
+    assert config.environment.docker_image == f"{image_owner}/{task_dir.name}:20251031"
     assert config.verifier.timeout_sec == 900.0
     assert config.agent.timeout_sec == 900.0
     assert config.agent.install_timeout_sec == 300.0  # not in the file: the seed's default
@@ -51,7 +85,7 @@ def test_terminal_bench_task_toml(task_dir: Path) -> None:
     assert isinstance(config.metadata["expert_time_estimate_min"], float)
 
 
-@pytest.mark.parametrize("task_dir", HARBOR, ids=lambda p: p.name)
+@pytest.mark.parametrize("task_dir", HARBOR_TASKS, ids=lambda p: p.name)
 def test_harbor_example_task_toml(task_dir: Path) -> None:
     config = load_task_config(task_dir / "task.toml")
     assert config.schema_version in ("1.1", "1.4")
@@ -71,13 +105,16 @@ def test_harbor_example_task_toml(task_dir: Path) -> None:
     assert config.solution.env == {}
 
 
-def test_harbor_specific_values() -> None:
-    user = load_task_config(SHARED_TASKS / "harbor-examples/hello-user/task.toml")
+@pytest.mark.parametrize(
+    "harbor", [HARBOR, pytest.param(SHARED_TASKS / "harbor-examples", marks=requires_shared_tasks)]
+)
+def test_harbor_specific_values(harbor: Path) -> None:
+    user = load_task_config(harbor / "hello-user/task.toml")
     assert user.agent.user == "agent"
     assert user.verifier.user is None
-    workdir = load_task_config(SHARED_TASKS / "harbor-examples/hello-workdir/task.toml")
+    workdir = load_task_config(harbor / "hello-workdir/task.toml")
     assert workdir.environment.workdir == "/custom-workdir"
-    world = load_task_config(SHARED_TASKS / "harbor-examples/hello-world/task.toml")
+    world = load_task_config(harbor / "hello-world/task.toml")
     assert world.schema_version == "1.4"
     assert world.task is not None
     assert world.task.version == "1.0.0"
@@ -158,8 +195,10 @@ def test_memory_and_memory_mb_that_agree() -> None:
     assert parse_task_config(config.to_dict()) == config
 
 
-def test_round_trip_of_every_shared_task() -> None:
-    for task_dir in TERMINAL_BENCH + HARBOR:
+def test_round_trip_of_every_task() -> None:
+    tasks = task_dirs(TERMINAL_BENCH) + task_dirs(HARBOR) + shared_task_dirs()
+    assert len(tasks) >= 5
+    for task_dir in tasks:
         config = load_task_config(task_dir / "task.toml")
         assert isinstance(config, TaskConfig)
         assert parse_task_config(config.to_dict()) == config

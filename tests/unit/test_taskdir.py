@@ -10,6 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from paths import (
+    HARBOR,
+    SHARED_TASKS,
+    TERMINAL_BENCH,
+    requires_shared_tasks,
+    shared_task_dirs,
+    task_dirs,
+)
 from rollout.api.dataset import load_local_dataset
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.taskdir import (
@@ -20,8 +28,13 @@ from rollout.api.taskdir import (
     tree_hash,
 )
 
-SHARED_TASKS = Path(__file__).resolve().parents[3] / "shared" / "tasks"
-SHARED_TASK_DIRS = sorted(p for p in SHARED_TASKS.glob("*/*") if p.is_dir())
+TASK_DIRS = [
+    *[pytest.param(d, id=d.name) for d in task_dirs(HARBOR) + task_dirs(TERMINAL_BENCH)],
+    *[
+        pytest.param(d, id=f"shared-{d.name}", marks=requires_shared_tasks)
+        for d in shared_task_dirs()
+    ],
+]
 
 
 def make_task(root: Path, name: str = "task-a") -> Path:
@@ -43,8 +56,8 @@ def make_task(root: Path, name: str = "task-a") -> Path:
 # --- Loading --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_dir", SHARED_TASK_DIRS, ids=lambda p: p.name)
-def test_every_shared_task_loads(task_dir: Path) -> None:
+@pytest.mark.parametrize("task_dir", TASK_DIRS)
+def test_every_task_loads(task_dir: Path) -> None:
     task = load_task(task_dir)
     assert task.name == task_dir.name
     assert task.path == task_dir
@@ -214,11 +227,11 @@ def test_the_same_tree_in_two_places_hashes_the_same(tmp_path: Path) -> None:
     second = make_task(tmp_path / "two")
     assert task_content_hash(first) == task_content_hash(second)
     assert environment_hash(first) == environment_hash(second)
-    # A copy of a read-only shared task with a different owner mode and mtimes: same hash.
-    shared = SHARED_TASKS / "terminal-bench-2-sample" / "fix-git"
-    copy = tmp_path / "fix-git"
-    shutil.copytree(shared, copy)
-    assert task_content_hash(copy) == task_content_hash(shared)
+    # A copy with other mtimes (and, from the read-only shared samples, other modes): same hash.
+    for source in [TERMINAL_BENCH / "count-lines", *shared_task_dirs()[:1]]:
+        copy = tmp_path / "copies" / source.name
+        shutil.copytree(source, copy)
+        assert task_content_hash(copy) == task_content_hash(source)
 
 
 def test_a_known_tree_has_a_known_hash(tmp_path: Path) -> None:
@@ -336,6 +349,16 @@ def test_special_files_are_refused(tmp_path: Path) -> None:
 # --- Local datasets -------------------------------------------------------------------------
 
 
+def test_datasets_load_in_name_order() -> None:
+    tb = load_local_dataset(TERMINAL_BENCH)
+    assert tb.name == "terminal-bench"
+    assert [t.name for t in tb.tasks] == ["count-lines", "sum-column"]
+    harbor = load_local_dataset(HARBOR)
+    assert [t.name for t in harbor.tasks] == ["hello-user", "hello-workdir", "hello-world"]
+    assert str(HARBOR) in harbor.source
+
+
+@requires_shared_tasks
 def test_the_shared_datasets_load_in_name_order() -> None:
     tb = load_local_dataset(SHARED_TASKS / "terminal-bench-2-sample")
     assert tb.name == "terminal-bench-2-sample"

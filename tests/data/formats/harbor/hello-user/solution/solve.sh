@@ -1,0 +1,3 @@
+#!/bin/bash
+# The reference solution: what an agent should do.
+echo "Hello, world!" > hello.txt
