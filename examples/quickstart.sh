@@ -49,10 +49,25 @@ cd "$(dirname "$0")/.."
 say() { printf '\n==> %s\n' "$*"; }
 die() { printf 'quickstart: %s\n' "$*" >&2; exit 1; }
 
-for tool in docker kind kubectl helm curl rollout; do
-  command -v "$tool" >/dev/null 2>&1 || die "$tool is not on PATH$([ "$tool" = rollout ] && echo ' (pip install . in this repository)')"
-done
-docker info >/dev/null 2>&1 || die "docker is not running (or this user may not use it)"
+# Every prerequisite first, all that are missing listed at once, each with what it is for.
+missing=()
+need() { # tool, what it is for
+  command -v "$1" >/dev/null 2>&1 || missing+=("$1: $2")
+}
+need docker "builds the images and runs the kind cluster's nodes (https://docs.docker.com/get-docker/)"
+need kind "creates the local Kubernetes cluster (https://kind.sigs.k8s.io/docs/user/quick-start/)"
+need kubectl "talks to the cluster (https://kubernetes.io/docs/tasks/tools/)"
+need helm "installs the operator's chart (https://helm.sh/docs/intro/install/)"
+need curl "waits for MinIO to answer"
+need rollout "the CLI that publishes and runs the job: pip install . in this repository"
+if command -v docker >/dev/null 2>&1 && ! docker info >/dev/null 2>&1; then
+  missing+=("a running docker: 'docker info' fails (start the docker daemon, or let this user use it)")
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  printf 'quickstart: cannot start; missing:\n' >&2
+  printf '  - %s\n' "${missing[@]}" >&2
+  exit 1
+fi
 
 # --- 1. the registry and the cluster ---------------------------------------------------------
 say "local registry ${REGISTRY_NAME} on ${REGISTRY}"

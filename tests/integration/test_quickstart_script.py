@@ -191,4 +191,41 @@ def test_quickstart_stops_with_a_message_when_a_tool_is_missing(tmp_path: Path) 
         check=False,
     )
     assert result.returncode == 1
-    assert "quickstart: rollout is not on PATH (pip install . in this repository)" in result.stderr
+    assert result.stderr == (
+        "quickstart: cannot start; missing:\n"
+        "  - rollout: the CLI that publishes and runs the job: pip install . in this repository\n"
+    )
+
+
+def test_every_missing_prerequisite_is_listed_before_anything_starts(tmp_path: Path) -> None:
+    """docker is there but not running, kind, helm and the CLI are missing: all four are said
+    at once, each with what it is for (the script once stopped at the first)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # Only what the script's first lines need, and a docker whose daemon does not answer.
+    for tool in ("dirname", "kubectl", "curl"):
+        (bin_dir / tool).symlink_to("/usr/bin/dirname" if tool == "dirname" else "/bin/true")
+    docker = bin_dir / "docker"
+    docker.write_text("#!/bin/bash\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    docker.chmod(0o755)
+    log = tmp_path / "calls.log"
+    result = subprocess.run(
+        ["/bin/bash", str(SCRIPT)],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path), "QS_LOG": str(log)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "quickstart: cannot start; missing:"
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "  - kind",
+        "  - helm",
+        "  - rollout",
+        "  - a running docker",
+    ]
+    assert "pip install . in this repository" in result.stderr
+    assert "https://helm.sh/docs/intro/install/" in result.stderr
+    assert result.stdout == ""  # no step started
