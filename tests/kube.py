@@ -501,6 +501,8 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         super().__attrs_post_init__()
         # kmock maps no action to PUT; serve it as a replacement (the write happens in _handle).
         self.fallback[kmock.method.PUT] << self._serve_write_result
+        # The kubernetes client asks for `/version/`; a real API server answers both forms.
+        self.fallback["get /version/"] << self._serve_server_version
 
     # ---- registration
 

@@ -12,6 +12,7 @@ import pytest
 from cli_kit import Cli, Workspace, rollout_job
 
 from kube import ROLLOUT_JOBS, Kube, kube_api
+from rollout.cli.run import QUICKSTART_HINT
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
@@ -258,5 +259,6 @@ async def test_no_bucket_anywhere_names_every_way_to_give_one(
         "error: command line: --storage-bucket: no object storage bucket is configured: pass "
         f"--storage-bucket, set ROLLOUT_STORAGE_BUCKET or `storage.bucket` in "
         f"{cli.environ['ROLLOUT_CONFIG']}\n"
+        f"hint: {QUICKSTART_HINT}\n"
     )
     assert kube.writes() == []

@@ -50,7 +50,7 @@ def test_a_job_file_first_means_run(tmp_path: Path, capsys: pytest.CaptureFixtur
     missing = tmp_path / "job.yaml"
     environ = {"HOME": str(tmp_path), "ROLLOUT_STORAGE_BUCKET": "b"}
     assert main([str(missing)], environ) == 1
-    assert capsys.readouterr().err == f"error: {missing}: no such file\n"
+    assert capsys.readouterr().err.startswith(f"error: {missing}: no such file\n")
 
 
 def test_an_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,3 +115,41 @@ def test_release_says_what_it_needs(
 ) -> None:
     assert main(["release", *args], {}) == 1
     assert capsys.readouterr().err == f"error: command line: {says}\n"
+
+
+def test_run_says_every_problem_at_once_and_where_to_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No bucket, no kubeconfig and a job file that is not there: three errors in one run, and
+    the quickstart named (they once came one run at a time)."""
+    missing = tmp_path / "job.yaml"
+    environ = {"HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "nowhere")}
+    assert main(["run", str(missing)], environ) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["error", "error", "error", "hint"]
+    assert "no object storage bucket is configured" in lines[0]
+    assert lines[1] == f"error: {missing}: no such file"
+    assert lines[2].startswith(f"error: no kubeconfig at {tmp_path / 'nowhere'}")
+    assert "examples/quickstart.sh" in lines[3]
+
+
+def test_run_says_an_api_that_does_not_answer_with_the_other_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: evals}}]\n"
+    )
+    job = tmp_path / "job.yaml"
+    job.write_text("name: hello\nagents:\n  - name: oracle\ndatasets: []\n")
+    environ = {"HOME": str(tmp_path), "KUBECONFIG": str(kubeconfig)}
+    assert main(["run", str(job)], environ) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert "no object storage bucket is configured" in lines[0]
+    assert any(
+        "http://127.0.0.1:9" in line and "did not answer" in line for line in lines[1:-1]
+    ), lines
+    assert lines[-1].startswith("hint: ")

@@ -26,3 +26,13 @@ class ExitCode(IntEnum):
 
 class CliError(Exception):
     """Something a person must fix or know, said in one message (no traceback is shown)."""
+
+
+class Problems(CliError):
+    """Every problem found before anything was created, said together (one `error:` line each),
+    and a hint where one helps."""
+
+    def __init__(self, messages: list[str], hint: str | None = None) -> None:
+        self.messages = messages
+        self.hint = hint
+        super().__init__("\n".join(messages))

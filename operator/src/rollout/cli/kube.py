@@ -175,6 +175,13 @@ class Cluster:
     def _timeout(self) -> tuple[float, float]:
         return (CONNECT_TIMEOUT_SEC, READ_TIMEOUT_SEC)
 
+    def check_reachable(self) -> None:
+        """That the Kubernetes API answers (its version), as a ClusterError when it does not."""
+        self._call(
+            f"reach the Kubernetes API of {self.where}",
+            lambda: client.VersionApi(self.api_client).get_code(_request_timeout=self._timeout()),
+        )
+
     def get_job(self, name: str) -> Body | None:
         """The RolloutJob `name` in the namespace, or None."""
         return self._call(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from rollout.api.errors import InvalidInput
 from rollout.cli import cancel, download, logs, publish, release, render, run, status, validate
-from rollout.cli.errors import CliError, ExitCode
+from rollout.cli.errors import CliError, ExitCode, Problems
 from rollout.storage import StorageError
 
 EPILOG = """\
@@ -73,6 +73,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except InvalidInput as err:
         for problem in err.problems:
             print(f"error: {problem}", file=sys.stderr)
+        return ExitCode.FAILED
+    except Problems as err:
+        for message in err.messages:
+            print(f"error: {message}", file=sys.stderr)
+        if err.hint:
+            print(f"hint: {err.hint}", file=sys.stderr)
         return ExitCode.FAILED
     except (CliError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)

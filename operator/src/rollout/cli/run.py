@@ -27,13 +27,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rollout.api.errors import InvalidInput, Problem
+from rollout.api.errors import InvalidInput
 from rollout.api.layout import job_config_key, job_prefix, job_result_key, local_job_dir
+from rollout.api.resources import RolloutJob
 from rollout.cli import config, kube
 from rollout.cli.download import download_results
-from rollout.cli.errors import CliError, ExitCode
+from rollout.cli.errors import CliError, ExitCode, Problems
 from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
 from rollout.cli.progress import (
     JobView,
@@ -44,7 +47,7 @@ from rollout.cli.progress import (
 )
 from rollout.cli.publish import publish_datasets
 from rollout.cli.summary import load_summary, print_summary
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore, StorageError
 
 EPILOG = """\
 environment.type: docker (job.yaml's default) runs each trial as a Pod in the cluster, the
@@ -97,35 +100,17 @@ def note(message: str) -> None:
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     # 1. Everything checked; nothing written.
-    settings, store_settings, prepared = _check_inputs(args, environ)
-    job = prepared.job
-    jobs_dir: Path = args.jobs_dir or Path(job.jobs_dir)
-    local_dir = local_job_dir(jobs_dir, job.name)
-    if local_dir.is_dir() and any(local_dir.iterdir()):
-        raise InvalidInput.one(
-            args.job_file,
-            "name",
-            f"{local_dir} already holds results of a job named {job.name!r}: give the job "
-            "another name, or pass --jobs-dir",
-        )
-    cluster = kube.Cluster.from_args(args, environ)
-    rollout_job, secret = build_resources(
-        prepared,
-        namespace=cluster.namespace,
-        environ=environ,
-        storage=settings.storage_spec(),
-        runner_image=settings.runner_image,
+    checked = _check_everything(args, environ)
+    settings, prepared, cluster, store = (
+        checked.settings,
+        checked.prepared,
+        checked.cluster,
+        checked.store,
     )
+    job = prepared.job
+    jobs_dir = checked.jobs_dir
+    rollout_job, secret = checked.rollout_job, checked.secret
     name = str(rollout_job.metadata.name)
-    if (existing := cluster.get_job(name)) is not None:
-        phase = (existing.get("status") or {}).get("phase") or "Pending"
-        raise CliError(
-            f"a RolloutJob {name} ({phase}) already exists in {cluster.where}: follow it with "
-            f"`rollout status {name} --watch`, delete it with `rollout cancel {name}`, or give "
-            f"the job another name in {args.job_file}"
-        )
-    store = ObjectStore(store_settings)
-    _check_no_old_results(store, prepared, args.job_file)
     if prepared.docker_mapped:
         note("environment.type docker: each trial runs as a Pod in the cluster (kubernetes)")
     if warning := settings.loopback_warning():
@@ -167,27 +152,101 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return ExitCode.INTERRUPTED
 
 
-def _check_inputs(
-    args: argparse.Namespace, environ: Mapping[str, str]
-) -> tuple[config.CliSettings, StorageSettings, PreparedJob]:
-    """The settings and the job, with the problems of both reported together."""
-    problems: list[Problem] = []
-    settings = store_settings = prepared = None
+QUICKSTART_HINT = (
+    "no cluster or object storage to run on yet? examples/quickstart.sh makes both on this "
+    "machine (a kind cluster with the operator, and MinIO): see the README's Quickstart"
+)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Everything `rollout run` needs, all checked, nothing created yet."""
+
+    settings: config.CliSettings
+    prepared: PreparedJob
+    cluster: kube.Cluster
+    store: ObjectStore
+    jobs_dir: Path
+    rollout_job: RolloutJob
+    secret: dict[str, Any] | None
+
+
+def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> Checked:
+    """The settings, the job, the cluster and storage, every problem of all of them found
+    before anything is created, and reported together (`Problems`)."""
+    problems: list[str] = []
+    where_to_run = False  # a missing or unreachable cluster or storage: the quickstart helps
+    settings = store_settings = prepared = cluster = None
     try:
         settings = config.resolve(args, environ)
+        where_to_run = not settings.has_storage
         store_settings = settings.storage_settings(environ)
     except InvalidInput as err:
-        problems.extend(err.problems)
+        problems += [str(p) for p in err.problems]
     try:
         prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ))
     except InvalidInput as err:
-        problems.extend(err.problems)
+        problems += [str(p) for p in err.problems]
+    jobs_dir: Path = args.jobs_dir or Path(prepared.job.jobs_dir if prepared else "jobs")
+    if prepared is not None:
+        local_dir = local_job_dir(jobs_dir, prepared.job.name)
+        if local_dir.is_dir() and any(local_dir.iterdir()):
+            problems.append(
+                f"{args.job_file}: name: {local_dir} already holds results of a job named "
+                f"{prepared.job.name!r}: give the job another name, or pass --jobs-dir"
+            )
+    try:
+        cluster = kube.Cluster.from_args(args, environ)
+    except CliError as err:
+        problems.append(str(err))
+        where_to_run = True
+    rollout_job = secret = None
+    if cluster is not None and (prepared is None or settings is None):
+        try:  # no job to look for, but whether the cluster answers is worth knowing now
+            cluster.check_reachable()
+        except CliError as err:
+            problems.append(str(err))
+            where_to_run = True
+    if cluster is not None and prepared is not None and settings is not None:
+        rollout_job, secret = build_resources(
+            prepared,
+            namespace=cluster.namespace,
+            environ=environ,
+            storage=settings.storage_spec(),
+            runner_image=settings.runner_image,
+        )
+        name = str(rollout_job.metadata.name)
+        try:
+            existing = cluster.get_job(name)
+        except CliError as err:
+            problems.append(str(err))
+            where_to_run = True
+        else:
+            if existing is not None:
+                phase = (existing.get("status") or {}).get("phase") or "Pending"
+                problems.append(
+                    f"a RolloutJob {name} ({phase}) already exists in {cluster.where}: follow it "
+                    f"with `rollout status {name} --watch`, delete it with `rollout cancel "
+                    f"{name}`, or give the job another name in {args.job_file}"
+                )
+    store = None
+    if store_settings is not None and prepared is not None:
+        store = ObjectStore(store_settings)
+        try:
+            _check_no_old_results(store, prepared, args.job_file)
+        except InvalidInput as err:
+            problems += [str(p) for p in err.problems]
+        except StorageError as err:
+            problems.append(f"object storage cannot be used: {err}")
+            where_to_run = True
     if problems:
-        raise InvalidInput(problems)
+        raise Problems(problems, hint=QUICKSTART_HINT if where_to_run else None)
     assert settings is not None
-    assert store_settings is not None
     assert prepared is not None
-    return settings, store_settings, prepared
+    assert cluster is not None
+    assert store is not None
+    assert rollout_job is not None
+    return Checked(settings, prepared, cluster, store, jobs_dir, rollout_job, secret)
 
 
 def _follow_and_download(
