@@ -149,7 +149,7 @@ def test_run_says_an_api_that_does_not_answer_with_the_other_problems(
     assert main(["run", str(job)], environ) == 1
     lines = capsys.readouterr().err.splitlines()
     assert "no object storage bucket is configured" in lines[0]
-    assert any(
-        "http://127.0.0.1:9" in line and "did not answer" in line for line in lines[1:-1]
-    ), lines
+    assert any("http://127.0.0.1:9" in line and "did not answer" in line for line in lines[1:-1]), (
+        lines
+    )
     assert lines[-1].startswith("hint: ")
