@@ -119,3 +119,43 @@ async def test_render_publish_uploads_the_bundles_the_manifest_names(
     assert sorted(store.list_keys("datasets/")) == sorted(f"datasets/{d}.json" for d in digests)
     assert rollout_job["spec"]["storage"]["bucket"] == s3_settings.bucket
     assert "uploaded 2 task archives and the manifest" in outcome.stderr
+
+
+async def test_publish_without_credentials_says_where_they_come_from(
+    cli: Cli,
+    workspace: Workspace,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # boto3's own chain reads this process's environment and files: none of them here.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    outcome = await cli.run(
+        capsys,
+        "publish",
+        str(workspace.root / "alpha"),
+        *cli.storage_args(),
+        environ={"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None},
+    )
+    assert outcome.code == 1
+    assert "NoCredentialsError" in outcome.stderr
+    assert "no credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in (
+        outcome.stderr
+    )
+    assert "ROLLOUT_STORAGE_CREDENTIALS_DIR" in outcome.stderr
+
+
+async def test_publish_to_a_bucket_that_does_not_exist_says_how_to_make_it(
+    cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["publish", str(workspace.root / "alpha"), *cli.storage_args()]
+    bucket_index = args.index("--storage-bucket") + 1
+    args[bucket_index] = "rollout-no-such-bucket"
+    outcome = await cli.run(capsys, *args)
+    assert outcome.code == 1
+    assert "the bucket rollout-no-such-bucket does not exist: create it" in outcome.stderr
+    assert "aws s3 mb s3://rollout-no-such-bucket" in outcome.stderr

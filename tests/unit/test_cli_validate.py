@@ -12,6 +12,7 @@ import pytest
 
 from paths import (
     HARBOR,
+    REPO,
     SHARED_TASKS,
     TERMINAL_BENCH,
     requires_shared_tasks,
@@ -125,8 +126,8 @@ def test_missing_path_and_unknown_file(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 1
     assert lines == [
         f"error {tmp_path / 'nope'}: no such file or directory",
-        f"error {other}: not a task directory, dataset directory, job file (.yaml, .yml, .json)"
-        " or registry.json",
+        f"error {other}: not a task directory, dataset directory, job file (.yaml, .yml, .json),"
+        " RolloutJob manifest or registry.json",
     ]
 
 
@@ -138,3 +139,54 @@ def test_console_script_help_has_an_example() -> None:
         check=True,
     ).stdout
     assert "rollout validate ./tasks/hello-world" in out
+
+
+def test_a_rolloutjob_manifest_is_checked_as_a_rolloutjob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was read as a job.yaml: six "unknown key / Field required" errors for a good file."""
+    example = REPO / "examples" / "rolloutjob.yaml"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: rollout.dev/v1alpha1\nkind: RolloutJob\nmetadata: {name: x}\n"
+        "spec: {nAttempts: 0, agents: [{name: oracle}]}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+    )
+    old = tmp_path / "old.yaml"
+    old.write_text("apiVersion: rollout.dev/v1\nkind: RolloutJob\nmetadata: {name: x}\n")
+    code, lines = run(capsys, example, bad, old)
+    assert code == 1
+    assert lines == [
+        f"ok {example} (RolloutJob)",
+        f"error {bad} (document 1): spec.nAttempts: Input should be greater than or equal to 1",
+        f"error {bad} (document 1): spec.datasets: Field required",
+        f"error {bad} (document 2): kind: a Kubernetes ConfigMap (v1), which rollout validate "
+        "does not check: it checks job files (job.yaml), RolloutJob manifests, task and dataset "
+        "directories, and registry.json files",
+        f"error {old}: apiVersion: is 'rollout.dev/v1'; RolloutJobs are rollout.dev/v1alpha1",
+    ]
+
+
+def test_what_rollout_render_writes_is_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Secret beside the RolloutJob (the agent env of `rollout render`) is left alone."""
+    manifests = tmp_path / "rendered.yaml"
+    manifests.write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {KEY: v}\n---\n"
+        + (REPO / "examples" / "rolloutjob.yaml").read_text()
+    )
+    assert run(capsys, manifests) == (0, [f"ok {manifests} (RolloutJob)"])
+
+
+def test_a_directory_above_a_dataset_says_where_it_looked_and_where_the_tasks_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, lines = run(capsys, REPO / "examples")
+    assert code == 1
+    assert lines == [
+        f"error {REPO / 'examples'}: no tasks found: a dataset directory holds task directories, "
+        "and its one subdirectory (tasks) is not a task (a task is a directory with "
+        "instruction.md, task.toml, environment/ and tests/test.sh); these hold tasks, and are "
+        f"datasets: {REPO / 'examples' / 'tasks'}"
+    ]

@@ -116,7 +116,25 @@ def _no_tasks_message(root: Path) -> str:
             "data datasets (data/*.jsonl rows sharing one verifier) are not supported yet; "
             f"a dataset must be a directory of task directories ({TASK_SHAPE})"
         )
-    return f"no tasks found ({TASK_SHAPE})"
+    children = sorted(
+        (c for c in root.iterdir() if c.is_dir() and not c.name.startswith(".")),
+        key=lambda p: os.fsencode(p.name),
+    )
+    # Datasets one level down: the user named their parent.
+    nested = [c for c in children if any(looks_like_task(g) for g in c.iterdir() if g.is_dir())]
+    names = ", ".join(c.name for c in children[:8]) + (", ..." if len(children) > 8 else "")
+    if not children:
+        looked = "it has no subdirectories"
+    elif len(children) == 1:
+        looked = f"its one subdirectory ({names}) is not a task"
+    else:
+        looked = f"none of its {len(children)} subdirectories ({names}) is a task"
+    message = (
+        f"no tasks found: a dataset directory holds task directories, and {looked} ({TASK_SHAPE})"
+    )
+    if nested:
+        message += "; these hold tasks, and are datasets: " + ", ".join(str(c) for c in nested)
+    return message
 
 
 def _directory_name(path: Path) -> str:

@@ -69,8 +69,9 @@ _UNQUOTED_HINT = 'quote it in YAML, e.g. KEY: "4096"'
 
 
 class EnvironmentType(StrEnum):
-    """Where a trial's environment runs: `kubernetes` is a Pod; the others are external
-    providers, run by the bridge controller (or by the CLI's local mode)."""
+    """Where a trial's environment runs: `kubernetes` is a Pod (job.yaml's `docker` becomes one
+    when the CLI submits the job to a cluster); modal, daytona and e2b are external providers,
+    refused until a bridge controller for them exists."""
 
     DOCKER = "docker"
     KUBERNETES = "kubernetes"

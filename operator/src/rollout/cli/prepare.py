@@ -7,7 +7,7 @@ naming the file and the field, and nothing has touched storage or the cluster ye
 
 `environment.type: docker` (job.yaml's default) means "run it in containers"; submitted to a
 cluster that is a Pod per trial, so it becomes `kubernetes` here. Other types (modal, daytona,
-e2b) are kept: the bridge controller runs them.
+e2b) are refused: the bridge controller that will run them does not exist yet.
 """
 
 from __future__ import annotations

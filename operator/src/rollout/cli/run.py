@@ -51,7 +51,8 @@ from rollout.storage import ObjectStore, StorageError
 
 EPILOG = """\
 environment.type: docker (job.yaml's default) runs each trial as a Pod in the cluster, the
-same as kubernetes; modal, daytona and e2b trials are run by the bridge controller.
+same as kubernetes. modal, daytona and e2b are not available yet (a bridge controller will run
+them): such a job is refused before anything is created.
 
 examples:
   rollout job.yaml                                 the same as `rollout run job.yaml`

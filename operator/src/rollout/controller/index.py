@@ -60,7 +60,8 @@ class TrialEntry:
 
     @property
     def runs_in_pod(self) -> bool:
-        """Whether this operator runs the trial in a Pod (others belong to the bridge)."""
+        """Whether this operator runs the trial in a Pod (other types would be a bridge
+        controller's, which this version does not have)."""
         return self.environment_type == EnvironmentType.KUBERNETES.value
 
     @property

@@ -19,6 +19,7 @@ from botocore.exceptions import (
     ClientError,
     HTTPClientError,
     IncompleteReadError,
+    NoCredentialsError,
     ResponseStreamingError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -250,9 +251,10 @@ def call_with_retries(
         elapsed = time.monotonic() - started
         tried = f"after {attempts} attempts over {elapsed:.1f} s" if attempts > 1 else "at once"
         reason = "still failing" if transient else "not retryable"
+        hint = what_to_do(failure, code, what)
         message = redact(
             f"storage {operation} of {what} at {endpoint} failed {tried} ({reason}): "
-            f"{_describe(exc)}",
+            f"{_describe(exc)}" + (f": {hint}" if hint else ""),
             secrets,
         )
         error_class = ObjectNotFound if code in NOT_FOUND_CODES else StorageError
@@ -265,6 +267,35 @@ def call_with_retries(
             transient=transient,
             code=code,
         ) from exc
+
+
+CREDENTIALS_HINT = (
+    "no credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a "
+    "profile (AWS_PROFILE, ~/.aws/credentials); where they are in a mounted Secret, set "
+    "ROLLOUT_STORAGE_CREDENTIALS_DIR to its directory"
+)
+REFUSED_CREDENTIALS_CODES = frozenset(
+    {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId", "AccessDenied", "403"}
+)
+
+
+def what_to_do(failure: BaseException, code: str | None, what: str) -> str | None:
+    """For failures a person fixes (no credentials, refused ones, no bucket), how."""
+    if isinstance(failure, NoCredentialsError):
+        return CREDENTIALS_HINT
+    if code in REFUSED_CREDENTIALS_CODES:
+        return (
+            "the credentials were refused: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
+            "the profile) and that they may use this bucket"
+        )
+    if code == "NoSuchBucket":
+        bucket = what.removeprefix("s3://").split("/", 1)[0] or "<bucket>"
+        return (
+            f"the bucket {bucket} does not exist: create it (`aws s3 mb s3://{bucket}`, with "
+            "--endpoint-url for MinIO or another S3 service; `mc mb`), or name another one "
+            "(--storage-bucket, ROLLOUT_STORAGE_BUCKET); the chart's MinIO creates its bucket"
+        )
+    return None
 
 
 def _describe(exc: BaseException) -> str:

@@ -82,8 +82,10 @@ class JobEnvironmentSpec(ResourceModel):
 
     type: EnvironmentType = Field(
         EnvironmentType.KUBERNETES,
-        description="kubernetes runs each trial in a Pod; docker, modal, daytona and e2b go "
-        "through the bridge controller.",
+        description="kubernetes runs each trial in a Pod, the one type this version runs (the "
+        "rollout CLI submits job.yaml's docker as kubernetes). docker, modal, daytona and e2b "
+        "are kept for a bridge controller that does not exist yet: a job of those types is "
+        "refused (condition Valid=False).",
     )
     force_build: bool = Field(
         False, description="Build from environment/Dockerfile even when a task names an image."

@@ -1,8 +1,8 @@
 """The RolloutTrial resource: one agent's attempt at one task, and what came of it.
 
 The spec holds everything needed to render the trial's Pod and run it, so that neither the Pod
-renderer nor the runner (nor the bridge controller) reads the RolloutJob: the agent with its env,
-the task's archive (`tasks/<taskContentHash>.tar.gz` in storage), the environment image, the
+renderer nor the runner (nor a bridge controller, later) reads the RolloutJob: the agent with its
+env, the task's archive (`tasks/<taskContentHash>.tar.gz` in storage), the environment image, the
 effective resources and timeouts (task values after the job's overrides and multiplier), users,
 storage and pod overrides. Where the trial writes is derived, not stored:
 `<storage.prefix>/jobs/<jobName>/<agent>/<datasetName>/<taskName>__<attempt>/`.
@@ -85,7 +85,8 @@ class RolloutTrialSpec(ResourceModel):
     job_name: JobName = Field(description="The job's name (spec.jobName of the RolloutJob).")
     environment_type: EnvironmentType = Field(
         EnvironmentType.KUBERNETES,
-        description="kubernetes: the operator runs a Pod; others: the bridge controller.",
+        description="kubernetes: the operator runs a Pod. Other types are kept for a bridge "
+        "controller that does not exist yet.",
     )
     agent: AgentSpec = Field(description="The agent, with its env.")
     dataset_name: DatasetName = Field(description="Dataset the task belongs to.")
