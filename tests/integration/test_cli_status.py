@@ -68,9 +68,12 @@ async def test_status_lists_the_jobs_of_the_namespace(
     everywhere = await cli.run(capsys, "status", "-A", *cli.cluster_args())
     ours = {kube.namespace, jobs}  # a shared real control plane has other tests' namespaces
     listed = [cells(row)[:2] for row in everywhere.stdout.splitlines()[1:]]
-    expected = [[kube.namespace, EVAL_RESOURCE], [kube.namespace, "nightly"], [jobs, "other"]]
-    # In the API server's order (by namespace/name, as etcd keeps them).
-    assert [row for row in listed if row[0] in ours] == sorted(expected, key="/".join)
+    # Oldest first, then by namespace and name (whatever order the API server lists them in).
+    assert [row for row in listed if row[0] in ours] == [
+        [kube.namespace, EVAL_RESOURCE],
+        [kube.namespace, "nightly"],
+        [jobs, "other"],
+    ]
     empty = await cli.run(capsys, "status", "-n", "kube-system", *cli.cluster_args())
     assert empty.stdout.startswith("no RolloutJobs in namespace kube-system (")
 

@@ -123,6 +123,17 @@ def show_job(console: Console, body: Mapping[str, Any], namespace: str) -> None:
         print_summary(console, summary)
 
 
+def _creation_order(body: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Oldest first; within a second (creationTimestamp's resolution), by namespace and name,
+    not by the API server's list order, which is not the same everywhere."""
+    metadata = body.get("metadata") or {}
+    return (
+        str(metadata.get("creationTimestamp")),
+        str(metadata.get("namespace", "")),
+        str(metadata.get("name", "")),
+    )
+
+
 def jobs_table(jobs: list[dict[str, Any]], *, all_namespaces: bool) -> Table:
     table = Table(box=None, pad_edge=False)
     columns = ["NAMESPACE"] if all_namespaces else []
@@ -130,7 +141,7 @@ def jobs_table(jobs: list[dict[str, Any]], *, all_namespaces: bool) -> Table:
     for column in columns:
         table.add_column(column, no_wrap=True)
     now = datetime.now(UTC)
-    for body in sorted(jobs, key=lambda b: str(b.get("metadata", {}).get("creationTimestamp"))):
+    for body in sorted(jobs, key=_creation_order):
         view = JobView.from_body(body)
         metadata = body.get("metadata") or {}
         row = [str(metadata.get("namespace", ""))] if all_namespaces else []
