@@ -40,6 +40,7 @@ import functools
 import inspect
 import re
 import secrets
+import ssl
 import threading
 import uuid
 import warnings
@@ -56,6 +57,7 @@ from pathlib import Path
 from types import EllipsisType
 from typing import Any, TypeVar, cast, overload
 
+import aiohttp
 import aiohttp.test_utils
 import aiohttp.web
 import attrs
@@ -1545,8 +1547,6 @@ class Kube(abc.ABC):
     """The test's namespace: "default" on the emulator (a fresh API server per test), a fresh
     namespace per test on a shared real control plane."""
     operators: builtins.list[RunningOperator]
-    real: bool = False
-    """True on a real kube-apiserver."""
 
     def _ns(self, namespace: Namespace) -> str | None:
         return self.namespace if namespace is ... else namespace
@@ -1649,10 +1649,9 @@ class Kube(abc.ABC):
         """Make the API decide `identity`'s requests by RBAC (a real one always does)."""
 
     async def new_namespace(self, suffix: str) -> str:
-        """A further namespace for this test (`<namespace>-<suffix>` on a real control plane)."""
-        name = suffix if not self.real else f"{self.namespace}-{suffix}"
-        await self.create_namespace(name)
-        return name
+        """A further namespace for this test: `suffix` on the emulator (a server of its own)."""
+        await self.create_namespace(suffix)
+        return suffix
 
     # ---- the kubelet
 
@@ -1914,6 +1913,19 @@ class Kube(abc.ABC):
             if running.alive:
                 await running.stop()
             self.operators.remove(running)
+
+    @contextlib.asynccontextmanager
+    async def http_session(
+        self, identity: Identity = Identity.USER
+    ) -> AsyncIterator[aiohttp.ClientSession]:
+        """An HTTP session to this API as `identity` (paths relative to the server)."""
+        info = self.connection(identity)
+        tls = ssl.create_default_context(cafile=info.ca_path) if info.ca_path else False
+        headers = {"Authorization": f"Bearer {info.token}"} if info.token else {}
+        async with aiohttp.ClientSession(
+            base_url=info.server, connector=aiohttp.TCPConnector(ssl=tls), headers=headers
+        ) as session:
+            yield session
 
     def client_configuration(
         self, identity: Identity = Identity.OPERATOR

@@ -661,8 +661,6 @@ def api_call(event: Mapping[str, Any]) -> ApiCall:
 class RealKube(Kube):
     """A namespace of the session's real control plane, seen from a test."""
 
-    real = True
-
     def __init__(self, plane: ControlPlane, session: aiohttp.ClientSession, namespace: str) -> None:
         self.plane = plane
         self.session = session
@@ -898,7 +896,8 @@ class RealKube(Kube):
         return [self.namespace, *self.extra_namespaces]
 
     async def new_namespace(self, suffix: str) -> str:
-        name = await super().new_namespace(suffix)
+        name = f"{self.namespace}-{suffix}"  # the session's control plane is shared
+        await self.create_namespace(name)
         self.extra_namespaces.append(name)
         return name
 

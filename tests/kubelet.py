@@ -37,12 +37,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fakecontainer import FakeContainer, fake_container
-
-if TYPE_CHECKING:
-    from kube import Kube
+from kube import Kube, running, terminated
 
 Body = dict[str, Any]
 
@@ -84,8 +82,11 @@ SecretLookup = Mapping[tuple[str, str], str]
 """Secret data as the kubelet reads it: (secret name, key) -> decoded value."""
 
 
-def container_env(container: Mapping[str, Any], secrets: SecretLookup = {}) -> dict[str, str]:  # noqa: B006
+def container_env(
+    container: Mapping[str, Any], secrets: SecretLookup | None = None
+) -> dict[str, str]:
     """The container's environment as the kubelet builds it, in declaration order."""
+    secrets = secrets or {}
     env: dict[str, str] = {}
     for variable in container.get("env") or []:
         name = variable["name"]
@@ -240,8 +241,6 @@ async def secrets_of(kube: Kube, namespace: str) -> dict[tuple[str, str], str]:
 
 async def run_trial_pod(kube: Kube, name: str, namespace: str, workdir: Path) -> PodOutcome:
     """Run a trial Pod for real and report its end through the Pod's status, as a kubelet."""
-    from kube import running, terminated
-
     pod = await kube.get("v1/pods", name, namespace)
     await kube.set_pod_status(
         name, namespace, containers={ENVIRONMENT: running(), RUNNER: running()}

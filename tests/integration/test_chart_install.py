@@ -11,7 +11,6 @@ already (the suite installed them) must be the same.
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -43,12 +42,7 @@ HOOK = "helm.sh/hook"
 @pytest.fixture
 async def http(kube: Kube) -> AsyncIterator[aiohttp.ClientSession]:
     """A cluster admin's HTTP session, as `helm install` has."""
-    info = kube.connection(Identity.USER)
-    tls = ssl.create_default_context(cafile=info.ca_path) if info.ca_path else False
-    headers = {"Authorization": f"Bearer {info.token}"} if info.token else {}
-    async with aiohttp.ClientSession(
-        base_url=info.server, connector=aiohttp.TCPConnector(ssl=tls), headers=headers
-    ) as session:
+    async with kube.http_session(Identity.USER) as session:
         yield session
 
 

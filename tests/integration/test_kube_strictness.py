@@ -9,7 +9,6 @@ where its binaries are installed, against a real control plane, and expect the s
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,13 +23,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 async def http(kube: Kube) -> AsyncIterator[aiohttp.ClientSession]:
     """A user's HTTP session to the test's API."""
-    info = kube.connection(Identity.USER)
-    tls = ssl.create_default_context(cafile=info.ca_path) if info.ca_path else False
-    connector = aiohttp.TCPConnector(ssl=tls)
-    headers = {"Authorization": f"Bearer {info.token}"} if info.token else {}
-    async with aiohttp.ClientSession(
-        base_url=info.server, connector=connector, headers=headers
-    ) as session:
+    async with kube.http_session(Identity.USER) as session:
         yield session
 
 
@@ -169,13 +162,7 @@ async def test_custom_resources_are_served_once_their_crd_is_created_over_http(
 async def test_the_operator_may_do_what_the_charts_rbac_allows_and_nothing_else(
     kube: Kube, method: str, path: str, allowed: bool
 ) -> None:
-    info = kube.connection(Identity.OPERATOR)
-    tls = ssl.create_default_context(cafile=info.ca_path) if info.ca_path else False
-    async with aiohttp.ClientSession(
-        base_url=info.server,
-        connector=aiohttp.TCPConnector(ssl=tls),
-        headers={"Authorization": f"Bearer {info.token}"},
-    ) as operator:
+    async with kube.http_session(Identity.OPERATOR) as operator:
         got, body = await answer(operator, method, path.format(ns=kube.namespace))
     assert (got != 403) == allowed, body
     if not allowed:

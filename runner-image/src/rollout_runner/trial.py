@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rollout.api.errors import ErrorType
-from rollout.api.layout import RESULT_JSON, s3_uri, trial_prefix
+from rollout.api.layout import RESULT_JSON, job_prefix, trial_path
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialResult
 from rollout.storage import ObjectStore
@@ -43,27 +43,18 @@ log = logging.getLogger(__name__)
 def trial_names(spec: RolloutTrialSpec, store: ObjectStore | None = None) -> list[str]:
     """The names the project made for a trial: never scrubbed, even where a secret matches a
     part of one (see `rollout_runner.redact`)."""
-    trial_dir = f"{spec.task_name}__{spec.attempt}"
+    path = trial_path(spec.agent.name, spec.dataset_name, spec.task_name, spec.attempt)
     names = [
         spec.job_name,
-        spec.agent.name,
-        spec.dataset_name,
+        *path.parts,  # agent, dataset, <task>__<n>
         spec.task_name,
-        trial_dir,
-        f"{spec.job_name}/{spec.agent.name}/{spec.dataset_name}/{trial_dir}",
+        f"{spec.job_name}/{path}",  # error.txt's "Trial:" line
         spec.storage.bucket,
         spec.storage.prefix or "",
     ]
     if store is not None:
-        prefix = trial_prefix(
-            store.settings.prefix,
-            spec.job_name,
-            spec.agent.name,
-            spec.dataset_name,
-            spec.task_name,
-            spec.attempt,
-        )
-        names += [prefix, s3_uri(store.settings.bucket, prefix + RESULT_JSON)]
+        prefix = job_prefix(store.settings.prefix, spec.job_name) + f"{path}/"
+        names += [prefix, store.uri(prefix + RESULT_JSON)]
     return names
 
 

@@ -18,7 +18,7 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TextIO
@@ -227,7 +227,6 @@ def follow(
     timeout_seconds: int = WATCH_TIMEOUT_SEC,
     operator_grace: float = OPERATOR_GRACE_SEC,
     fail_fast: bool = False,
-    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any] | None:
     """Show the job's progress until it is Completed or Failed (then return the RolloutJob as it
     was then), or deleted (None).
@@ -235,7 +234,7 @@ def follow(
     A job that no operator has given a status within `operator_grace` seconds gets a warning
     saying where to look (once; the CLI goes on waiting), or, with `fail_fast`, `NoOperator`.
     """
-    started = clock()
+    started = time.monotonic()
     warned = answered = False
     tick = min(timeout_seconds, max(1, math.ceil(min(operator_grace, TICK_SEC))))
 
@@ -248,7 +247,7 @@ def follow(
         if view.done:
             return body
         answered = answered or bool(body.get("status"))
-        if not warned and not answered and clock() - started >= operator_grace:
+        if not warned and not answered and time.monotonic() - started >= operator_grace:
             message = no_operator_message(name, cluster.namespace, operator_grace)
             if fail_fast:
                 raise NoOperator(message)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.api.errors import InvalidInput
+from rollout.api.errors import InvalidInput, Problem
 from rollout.api.layout import job_config_key, job_prefix, job_result_key, local_job_dir
 from rollout.api.resources import RolloutJob
 from rollout.cli import config, kube
@@ -192,10 +192,11 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
     if prepared is not None:
         local_dir = local_job_dir(jobs_dir, prepared.job.name)
         if local_dir.is_dir() and any(local_dir.iterdir()):
-            problems.append(
-                f"{args.job_file}: name: {local_dir} already holds results of a job named "
-                f"{prepared.job.name!r}: give the job another name, or pass --jobs-dir"
+            message = (
+                f"{local_dir} already holds results of a job named {prepared.job.name!r}: give "
+                "the job another name, or pass --jobs-dir"
             )
+            problems.append(str(Problem(str(args.job_file), "name", message)))
     try:
         cluster = kube.Cluster.from_args(args, environ)
     except CliError as err:
