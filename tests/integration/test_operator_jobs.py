@@ -228,3 +228,22 @@ async def test_the_operator_runs_a_job_with_the_settings_it_ships_with(
     watches = [c for c in kube.calls() if c.is_watch and c.user_agent.startswith("kopf")]
     assert {c.params["timeoutSeconds"] for c in watches} == {str(WATCH_SERVER_TIMEOUT_SEC)}
     assert {c.resource for c in watches} >= {ROLLOUT_JOBS, ROLLOUT_TRIALS, PODS}
+
+
+async def test_a_docker_job_runs_its_trials_as_pods_like_kubernetes(
+    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+) -> None:
+    """`docker` means the task's containers; on a cluster they are the trial's Pod (DESIGN.md,
+    "Environment types"), whether the CLI or a GitOps repository submitted the job."""
+    config = operator_config(s3_settings)
+    job = job_manifest("dockerjob", [dataset], environment={"type": "docker"})
+    async with kube.operator(memo=operator_memo(kube, config)):
+        await kube.create(ROLLOUT_JOBS, job)
+        finished_pods = await play_kubelet(kube, lambda: job_phase(kube, "dockerjob", "Completed"))
+
+    trials = await kube.list(ROLLOUT_TRIALS, kube.namespace)
+    assert trials
+    assert {t["spec"]["environmentType"] for t in trials} == {"kubernetes"}
+    assert finished_pods == {t["metadata"]["name"] for t in trials}
+    status = (await kube.get(ROLLOUT_JOBS, "dockerjob"))["status"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Valid"] == "True"

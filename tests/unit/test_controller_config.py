@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import LogLevel
+from rollout.api.job_settings import LogLevel
 from rollout.api.resources import LocalObjectReference, PodOverrides
 from rollout.controller.config import (
     COMMAND_LINE,

@@ -67,9 +67,9 @@ def test_a_running_job_counts_its_trials_by_the_seeds_definitions(plan: JobPlan)
     assert status.mean_reward == 0.5
     assert status.total_cost == 2.5  # every trial's cost counts, finished or not
     assert [(m.type, m.value) for m in status.metrics] == [(MetricType.MAX, 1.0)]
-    assert status.agents["oracle"].completed == 2
-    assert status.agents["oracle"].failed == 1
-    assert status.agents["claude"].total == 3
+    assert status.agents["oracle"].completed_trials == 2
+    assert status.agents["oracle"].failed_trials == 1
+    assert status.agents["claude"].total_trials == 3
     assert status.observed_generation == 3
     assert status.started_at == NOW
     assert status.ended_at is None

@@ -29,7 +29,7 @@ from rollout.api.crd import (
 )
 from rollout.api.errors import ErrorType
 from rollout.api.layout import check_component
-from rollout.api.quantity import parse_quantity
+from rollout.api.quantity import QUANTITY_PATTERN, parse_quantity
 from rollout.api.resources import (
     AgentSpec,
     ConditionStatus,
@@ -42,7 +42,7 @@ from rollout.api.resources import (
     find_condition,
     set_condition,
 )
-from rollout.api.resources.common import DIGEST_PATTERN, NAME_PATTERN, QUANTITY_PATTERN
+from rollout.api.rules import DIGEST_PATTERN, NAME_PATTERN
 
 CRDS = REPO / "crds"
 JOB_CRD = CRDS / "rollout.dev_rolloutjobs.yaml"

@@ -12,18 +12,11 @@ import pytest
 import yaml
 
 from paths import REPO
+from rollout.api.environment import EnvironmentType
+from rollout.api.envrefs import agent_env_references, resolve_agent_env
 from rollout.api.errors import InvalidInput
-from rollout.api.job import (
-    EnvironmentType,
-    JobConfig,
-    LogLevel,
-    agent_env_references,
-    default_job_name,
-    job_to_config_json,
-    load_job,
-    parse_job,
-    resolve_agent_env,
-)
+from rollout.api.job import JobConfig, default_job_name, job_to_config_json, load_job, parse_job
+from rollout.api.job_settings import LogLevel
 from rollout.api.metrics import MetricType
 
 SEED_JOB = REPO / "tests" / "data" / "seed" / "job.yaml"

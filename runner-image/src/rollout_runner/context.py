@@ -11,9 +11,9 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollout.api.job import ORACLE_AGENT
 from rollout.api.layout import trial_prefix
 from rollout.api.resources import RolloutTrialSpec
+from rollout.api.rules import ORACLE_AGENT
 from rollout.api.taskdir import Task
 from rollout.storage import ObjectStore
 from rollout_runner.clock import Clock

@@ -11,9 +11,9 @@ import math
 from collections.abc import Collection
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, FiniteFloat
 
-from rollout.api.base import FileModel
+from rollout.api.base import ApiModel
 
 
 class MetricType(StrEnum):
@@ -45,10 +45,16 @@ def compute_metric(metric_type: MetricType, rewards: Collection[float]) -> float
     raise ValueError(f"unknown metric type {metric_type!r}")  # pragma: no cover
 
 
-class MetricValue(FileModel):
-    """One configured metric and its value, as the job's result.json reports it."""
+class Metric(ApiModel):
+    """A job-level metric over trial rewards."""
 
-    type: MetricType = Field(description="The metric, as configured in job.yaml.")
-    value: float | None = Field(
-        description="The metric over the rewards of completed trials; null when none completed."
+    type: MetricType = Field(description="One of sum, min, max, mean.")
+
+
+class MetricValue(ApiModel):
+    """A configured metric and its current value."""
+
+    type: MetricType = Field(description="The metric.")
+    value: FiniteFloat | None = Field(
+        None, description="Over the rewards of completed trials; null when none completed."
     )

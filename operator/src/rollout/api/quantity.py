@@ -17,8 +17,17 @@ from __future__ import annotations
 import math
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from typing import Annotated
+
+from pydantic import Field
 
 QuantityInput = str | int | float
+
+QUANTITY_PATTERN = r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+"""A non-negative Kubernetes quantity ("1", "500m", "2G", "10Gi"), as a regex for the CRD."""
+
+IntOrQuantity = Annotated[int | str, Field(json_schema_extra={"pattern": QUANTITY_PATTERN})]
+"""An int or a quantity string; the CRD marks it x-kubernetes-int-or-string."""
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {

@@ -43,7 +43,7 @@ from pydantic import (
     model_validator,
 )
 
-from rollout.api.base import FileModel
+from rollout.api.base import ApiModel, FileModel
 from rollout.api.errors import ErrorType, InvalidInput, problems_from_validation_error
 from rollout.api.metrics import MetricType, MetricValue, compute_metric
 
@@ -100,40 +100,40 @@ class _ResultFile(FileModel):
 # --- trial result.json -------------------------------------------------------------------------
 
 
-class TrialError(FileModel):
+class TrialError(ApiModel):
     """Why a trial failed: one of the seed's error types and a message for people."""
 
-    type: ErrorType = Field(description="The failure mode, one of the seed's error types.")
-    message: str = Field(description="What went wrong, for a person to read.")
+    type: ErrorType = Field(description="One of the seed's error types.")
+    message: str = Field(description="What went wrong.")
 
 
-class TrialDurations(FileModel):
-    """How long each phase took, in seconds; null for a phase that did not run."""
+class TrialDurations(ApiModel):
+    """Seconds spent in each phase; null for a phase that did not run."""
 
-    total_sec: Seconds | None = Field(default=None, description="The whole trial.")
+    total_sec: Seconds | None = Field(None, description="The whole trial.")
     environment_setup_sec: Seconds | None = Field(
-        default=None, description="Image build or pull, container start and file copies."
+        None, description="Image build or pull, container start, file copies."
     )
-    agent_setup_sec: Seconds | None = Field(default=None, description="The agent install script.")
-    agent_execution_sec: Seconds | None = Field(
-        default=None, description="The agent execute script."
+    agent_setup_sec: Seconds | None = Field(None, description="Agent install.")
+    agent_execution_sec: Seconds | None = Field(None, description="Agent execution.")
+    verifier_sec: Seconds | None = Field(None, description="Verifier.")
+
+
+class TrialTimestamps(ApiModel):
+    """When each phase started and ended (UTC); null for a phase that did not run."""
+
+    started_at: Timestamp | None = Field(None, description="Trial start.")
+    environment_setup_started_at: Timestamp | None = Field(
+        None, description="Environment setup start."
     )
-    verifier_sec: Seconds | None = Field(default=None, description="The verifier (tests/test.sh).")
-
-
-class TrialTimestamps(FileModel):
-    """When each phase started and ended; null for a phase that did not run."""
-
-    started_at: Timestamp | None = None
-    environment_setup_started_at: Timestamp | None = None
-    environment_setup_ended_at: Timestamp | None = None
-    agent_setup_started_at: Timestamp | None = None
-    agent_setup_ended_at: Timestamp | None = None
-    agent_execution_started_at: Timestamp | None = None
-    agent_execution_ended_at: Timestamp | None = None
-    verifier_started_at: Timestamp | None = None
-    verifier_ended_at: Timestamp | None = None
-    ended_at: Timestamp | None = None
+    environment_setup_ended_at: Timestamp | None = Field(None, description="Environment setup end.")
+    agent_setup_started_at: Timestamp | None = Field(None, description="Agent install start.")
+    agent_setup_ended_at: Timestamp | None = Field(None, description="Agent install end.")
+    agent_execution_started_at: Timestamp | None = Field(None, description="Agent execution start.")
+    agent_execution_ended_at: Timestamp | None = Field(None, description="Agent execution end.")
+    verifier_started_at: Timestamp | None = Field(None, description="Verifier start.")
+    verifier_ended_at: Timestamp | None = Field(None, description="Verifier end.")
+    ended_at: Timestamp | None = Field(None, description="Trial end.")
 
 
 class TrialResult(_ResultFile):
@@ -185,15 +185,26 @@ def _check_counts(total: int, completed: int, failed: int, where: str) -> None:
         )
 
 
-class AgentSummary(FileModel):
-    """One agent's figures in the job result, defined exactly as the job's own."""
+Count = Annotated[int, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
-    total_trials: int = Field(ge=0)
-    completed_trials: int = Field(ge=0)
-    failed_trials: int = Field(ge=0)
-    pass_rate: float | None = Field(default=None, ge=0, le=1)
-    mean_reward: Reward | None = None
-    total_cost: Cost | None = None
+
+class AgentSummary(ApiModel):
+    """One agent's aggregate over its trials."""
+
+    # Defined exactly as the job's own figures. The job's result.json spells the counts as the
+    # seed does (`total_trials`...), the RolloutJob status as `total`, `completed`, `failed`.
+
+    total_trials: Count = Field(0, alias="total", description="The agent's trials.")
+    completed_trials: Count = Field(
+        0, alias="completed", description="Its trials whose verifier produced a reward."
+    )
+    failed_trials: Count = Field(
+        0, alias="failed", description="Its trials an error kept from a reward."
+    )
+    pass_rate: Fraction | None = Field(None, description="Completed trials with reward 1.0.")
+    mean_reward: Reward | None = Field(None, description="Mean reward of completed trials.")
+    total_cost: Cost | None = Field(None, description="Sum of its trials' costs.")
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> Self:

@@ -9,21 +9,29 @@ Since the multiplier is positive, scaling before or after capping gives the same
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from rollout.api.base import ApiModel
 from rollout.api.task import TaskConfig
 
+TimeoutSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
-class PhaseTimeouts(BaseModel):
-    """Seconds each phase may take in one trial, after the job's settings are applied."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class PhaseTimeouts(ApiModel):
+    """Effective timeouts in seconds: the task's, after job overrides and the multiplier.
 
-    build_sec: float = Field(gt=0, description="Environment build (environment.build_timeout_sec)")
-    agent_install_sec: float = Field(gt=0, description="Agent install (agent.install_timeout_sec)")
-    agent_sec: float = Field(gt=0, description="Agent execution (agent.timeout_sec)")
-    verifier_sec: float = Field(gt=0, description="Verifier (verifier.timeout_sec, job limits)")
+    A RolloutTrial carries them in spec.timeouts, so neither the Pod renderer nor the runner
+    reads the task's or the job's settings again.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    agent_install_sec: TimeoutSeconds = Field(description="Agent install script.")
+    agent_sec: TimeoutSeconds = Field(description="Agent execute script.")
+    verifier_sec: TimeoutSeconds = Field(description="Verifier (tests/test.sh).")
+    build_sec: TimeoutSeconds = Field(description="Environment image build.")
 
 
 def effective_timeouts(

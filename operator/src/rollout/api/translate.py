@@ -32,27 +32,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rollout.api.envrefs import env_references, resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import (
-    JobAgent,
-    JobConfig,
-    JobDataset,
-    JobEnvironment,
-    JobMetric,
-    JobVerifier,
-    env_references,
-    resolve_agent_env,
-    validation_problems,
-)
+from rollout.api.job import JobAgent, JobConfig, JobDataset
+from rollout.api.problems import validation_problems
 from rollout.api.resources import (
     LABEL_JOB,
     AgentSpec,
     DatasetRef,
     EnvVar,
     EnvVarSource,
-    JobEnvironmentSpec,
-    JobVerifierSpec,
-    MetricSpec,
     ObjectMeta,
     PodOverrides,
     RolloutJob,
@@ -153,15 +142,7 @@ def job_to_rollout_job(
                 env.append(EnvVar(name=key, value_from=EnvVarSource(secret_key_ref=selector)))
             else:
                 env.append(EnvVar(name=key, value=text))
-        agents.append(
-            AgentSpec(
-                name=agent.name,
-                description=agent.description,
-                install=agent.install,
-                execute=agent.execute,
-                env=env,
-            )
-        )
+        agents.append(AgentSpec(**agent.scripts(), env=env))
 
     refs = [
         ref if ref.source is not None else ref.model_copy(update={"source": source})
@@ -171,27 +152,8 @@ def job_to_rollout_job(
     job_labels = {**(labels or {}), LABEL_JOB: rj_name}
     try:
         spec = RolloutJobSpec(
+            **job.job_settings(),
             job_name=job.name,
-            jobs_dir=job.jobs_dir,
-            n_attempts=job.n_attempts,
-            n_concurrent_trials=job.n_concurrent_trials,
-            timeout_multiplier=job.timeout_multiplier,
-            log_level=job.log_level,
-            instruction_path=job.instruction_path,
-            environment=JobEnvironmentSpec(
-                type=job.environment.type,
-                force_build=job.environment.force_build,
-                preserve_env=job.environment.preserve_env,
-                override_cpus=job.environment.override_cpus,
-                override_memory=job.environment.override_memory,
-                override_storage=job.environment.override_storage,
-            ),
-            verifier=JobVerifierSpec(
-                override_timeout_sec=job.verifier.override_timeout_sec,
-                max_timeout_sec=job.verifier.max_timeout_sec,
-                disable=job.verifier.disable,
-            ),
-            metrics=[MetricSpec(type=m.type) for m in job.metrics],
             agents=agents,
             datasets=refs,
             storage=storage,
@@ -264,15 +226,7 @@ def rollout_job_to_job(rollout_job: RolloutJob | Mapping[str, Any]) -> JobConfig
                         f"{AGENT_ENV_ANNOTATION} annotation; job.yaml cannot express it",
                     )
                 )
-        agents.append(
-            JobAgent(
-                name=agent.name,
-                description=agent.description,
-                install=agent.install,
-                execute=agent.execute,
-                env=env,
-            )
-        )
+        agents.append(JobAgent(**agent.scripts(), env=env))
 
     datasets: list[JobDataset] = []
     for index, ref in enumerate(rj.spec.datasets):
@@ -289,30 +243,10 @@ def rollout_job_to_job(rollout_job: RolloutJob | Mapping[str, Any]) -> JobConfig
     if problems:
         raise InvalidInput(problems)
 
-    spec = rj.spec
     try:
         return JobConfig(
+            **rj.spec.job_settings(),
             name=rj.job_name,
-            jobs_dir=spec.jobs_dir,
-            n_attempts=spec.n_attempts,
-            n_concurrent_trials=spec.n_concurrent_trials,
-            timeout_multiplier=spec.timeout_multiplier,
-            log_level=spec.log_level,
-            instruction_path=spec.instruction_path,
-            environment=JobEnvironment(
-                type=spec.environment.type,
-                force_build=spec.environment.force_build,
-                preserve_env=spec.environment.preserve_env,
-                override_cpus=spec.environment.override_cpus,
-                override_memory=spec.environment.override_memory,
-                override_storage=spec.environment.override_storage,
-            ),
-            verifier=JobVerifier(
-                override_timeout_sec=spec.verifier.override_timeout_sec,
-                max_timeout_sec=spec.verifier.max_timeout_sec,
-                disable=spec.verifier.disable,
-            ),
-            metrics=[JobMetric(type=m.type) for m in spec.metrics],
             agents=agents,
             datasets=datasets,
         )

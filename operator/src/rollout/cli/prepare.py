@@ -26,14 +26,10 @@ from rollout.api.dataset import (
     load_local_dataset,
     load_registry,
 )
+from rollout.api.environment import EnvironmentType
+from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import (
-    EnvironmentType,
-    JobConfig,
-    JobDataset,
-    load_job,
-    resolve_agent_env,
-)
+from rollout.api.job import JobConfig, JobDataset, load_job
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
 from rollout.api.translate import job_to_rollout_job
 
@@ -67,10 +63,6 @@ class PreparedJob:
     """True when job.yaml said `type: docker` explicitly and it became `kubernetes`."""
 
 
-RUNS_ON_A_CLUSTER = frozenset({EnvironmentType.DOCKER, EnvironmentType.KUBERNETES})
-"""Environment types a cluster runs today: both as Pods (see prepare_job)."""
-
-
 def cache_dir(environ: Mapping[str, str]) -> Path:
     """Where registry datasets are fetched: $ROLLOUT_CACHE_DIR, else $XDG_CACHE_HOME/rollout,
     else ~/.cache/rollout."""
@@ -85,16 +77,8 @@ def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> Prepa
     """Load and check everything about the job (see the module docstring)."""
     job = load_job(path)
     problems: list[Problem] = []
-    if job.environment.type not in RUNS_ON_A_CLUSTER:
-        problems.append(
-            Problem(
-                str(path),
-                "environment.type",
-                f"is {job.environment.type.value!r}: on a cluster this version runs trials as Pods "
-                "only ('docker', the default, or 'kubernetes'); the bridge controller for "
-                "external sandboxes is not available yet",
-            )
-        )
+    if refusal := job.environment.type.refusal_on_cluster():
+        problems.append(Problem(str(path), "environment.type", f"is {refusal}"))
     try:
         resolve_agent_env(job, environ, file=path)
     except InvalidInput as err:
@@ -112,9 +96,7 @@ def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> Prepa
         "type" in job.environment.model_fields_set
         and job.environment.type is EnvironmentType.DOCKER
     )
-    if job.environment.type is EnvironmentType.DOCKER:
-        environment = job.environment.model_copy(update={"type": EnvironmentType.KUBERNETES})
-        job = job.model_copy(update={"environment": environment})
+    job = job.model_copy(update={"environment": job.environment.on_cluster()})
     return PreparedJob(file=path, job=job, datasets=datasets, docker_mapped=explicit_docker)
 
 

@@ -27,8 +27,9 @@ from pydantic import ValidationError
 
 from rollout.api.bundle import canonical_json, task_archive
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import JobDataset, RegistrySource, validation_problems
+from rollout.api.job import JobDataset, RegistrySource
 from rollout.api.layout import dataset_manifest_key, task_archive_key
+from rollout.api.problems import validation_problems
 from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import PreparedDataset, cache_dir, prepare_dataset

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from rollout.api.job import env_references
+from rollout.api.envrefs import env_references
 from rollout.api.resources import RolloutJob
 from rollout.api.translate import AGENT_ENV_ANNOTATION, secret_key
 from rollout.cli import config

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import LogLevel
+from rollout.api.job_settings import LogLevel
 from rollout.api.resources import PodOverrides
 from rollout.storage import StorageSettings
 from rollout.storage.settings import (

@@ -41,7 +41,7 @@ import kopf
 from pydantic import ValidationError
 
 from rollout.api.errors import ErrorType, InvalidInput
-from rollout.api.job import EnvironmentType, validation_problems
+from rollout.api.problems import validation_problems
 from rollout.api.resources import (
     JobConditionReason,
     JobPhase,
@@ -284,14 +284,11 @@ class JobReconciler:
             )
 
     async def _make_plan(self, job: RolloutJob) -> None:
-        if job.spec.environment.type != EnvironmentType.KUBERNETES:
+        if refusal := job.spec.environment.type.refusal_on_cluster():
             # Its trials would wait forever for a bridge controller that does not exist yet.
             raise InvalidJob(
                 JobConditionReason.UNSUPPORTED_ENVIRONMENT,
-                f"{self.where}: spec.environment.type is {job.spec.environment.type.value!r}: "
-                "trials of that type run through the bridge controller, which this version "
-                "does not have yet; use 'kubernetes' (the rollout CLI submits job.yaml's "
-                "'docker' as 'kubernetes')",
+                f"{self.where}: spec.environment.type is {refusal}",
             )
         try:
             storage = job_storage_spec(job.spec.storage, self.config.storage)
@@ -501,7 +498,7 @@ class JobReconciler:
         )
         body, created = await self.api.create_trial(self.namespace, manifest)
         entry = self._remember(body)
-        if not created or job.spec.environment.type != EnvironmentType.KUBERNETES:
+        if not created or not job.spec.environment.type.runs_as_pods:
             return  # an existing trial is driven like any other; the bridge runs the others
         message = image_build_message(
             planned.key.task, planned.task.config, force_build=job.spec.environment.force_build

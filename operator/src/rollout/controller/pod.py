@@ -28,8 +28,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rollout.api.environment import EnvironmentType
 from rollout.api.errors import InvalidInput, Problem, problems_from_validation_error
-from rollout.api.job import EnvironmentType
 from rollout.api.resources import (
     API_VERSION,
     LABEL_AGENT,

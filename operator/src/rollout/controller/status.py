@@ -17,13 +17,11 @@ from datetime import datetime
 
 from rollout.api.metrics import MetricType
 from rollout.api.resources import (
-    AgentStatus,
     Condition,
     ConditionStatus,
     JobConditionReason,
     JobConditionType,
     JobPhase,
-    MetricStatus,
     RolloutJobStatus,
     TrialCounts,
     TrialPhase,
@@ -156,18 +154,8 @@ def job_status(
         pass_rate=summary.pass_rate,
         mean_reward=summary.mean_reward,
         total_cost=summary.total_cost,
-        metrics=[MetricStatus(type=m.type, value=m.value) for m in summary.metrics],
-        agents={
-            name: AgentStatus(
-                total=agent.total_trials,
-                completed=agent.completed_trials,
-                failed=agent.failed_trials,
-                pass_rate=agent.pass_rate,
-                mean_reward=agent.mean_reward,
-                total_cost=agent.total_cost,
-            )
-            for name, agent in summary.agents.items()
-        },
+        metrics=summary.metrics,
+        agents=summary.agents,
         conditions=conditions,
         started_at=previous.started_at or now.replace(microsecond=0),
         ended_at=(previous.ended_at or now.replace(microsecond=0))

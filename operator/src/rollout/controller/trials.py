@@ -30,13 +30,10 @@ from rollout.api.resources import (
     StorageSpec,
     TrialConditionReason,
     TrialConditionType,
-    TrialDurations,
-    TrialErrorStatus,
     TrialPhase,
     TrialResources,
-    TrialTimeouts,
-    TrialTimestamps,
 )
+from rollout.api.results import TrialError
 from rollout.api.task import TaskConfig
 from rollout.api.timeouts import effective_timeouts
 from rollout.api.trials import trial_labels
@@ -110,7 +107,7 @@ def trial_spec(
     agent = next(a for a in spec.agents if a.name == planned.key.agent)
     return RolloutTrialSpec(
         job_name=job.job_name,
-        environment_type=spec.environment.type,
+        environment_type=spec.environment.type.on_cluster(),
         agent=agent,
         dataset_name=planned.key.dataset,
         task_name=planned.key.task,
@@ -118,12 +115,7 @@ def trial_spec(
         task_content_hash=planned.task.content_hash,
         image=task.environment.docker_image or UNBUILT_IMAGE,
         resources=effective_resources(task, job),
-        timeouts=TrialTimeouts(
-            agent_install_sec=timeouts.agent_install_sec,
-            agent_sec=timeouts.agent_sec,
-            verifier_sec=timeouts.verifier_sec,
-            build_sec=timeouts.build_sec,
-        ),
+        timeouts=timeouts,
         instruction_path=spec.instruction_path,
         verifier_disabled=spec.verifier.disable,
         agent_user=task.agent.user,
@@ -229,7 +221,7 @@ def failed_status(
     return _dump(
         RolloutTrialStatus(
             phase=TrialPhase.FAILED,
-            error=TrialErrorStatus(type=error_type, message=message),
+            error=TrialError(type=error_type, message=message),
             pod_name=pod_name,
             conditions=[
                 _condition(
@@ -278,13 +270,9 @@ def finished_status(verdict: Finished, now: datetime, *, pod_name: str) -> dict[
         RolloutTrialStatus(
             phase=phase,
             reward=message.reward,
-            error=TrialErrorStatus(type=error.type, message=error.message) if error else None,
-            durations=TrialDurations.model_validate(message.durations.model_dump())
-            if message.durations
-            else None,
-            timestamps=TrialTimestamps.model_validate(message.timestamps.model_dump())
-            if message.timestamps
-            else None,
+            error=error,
+            durations=message.durations,
+            timestamps=message.timestamps,
             result_uri=message.result_uri,
             pod_name=pod_name,
             conditions=[condition],
@@ -420,7 +408,7 @@ def act(
                 finished_status(verdict, now, pod_name=pod_name),
                 delete_pod=cleanup,
                 final=True,
-                durations=durations.model_dump() if durations else {},
+                durations=durations.model_dump(by_alias=False) if durations else {},
             )
         case Failed(error_type=error_type, message=message):
             return PatchStatus(

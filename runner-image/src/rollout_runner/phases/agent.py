@@ -18,8 +18,8 @@ import logging
 import shlex
 from pathlib import Path
 
+from rollout.api.envrefs import INSTRUCTION_ENV_VAR
 from rollout.api.errors import ErrorType
-from rollout.api.job import INSTRUCTION_ENV_VAR
 from rollout.api.layout import COMMAND_STDERR, COMMAND_STDOUT, SETUP_STDERR, SETUP_STDOUT
 from rollout_runner.context import AGENT_SCRIPTS, ORACLE, TrialContext
 from rollout_runner.environment import EnvironmentFailure, ExecResult

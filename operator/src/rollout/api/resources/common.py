@@ -1,19 +1,17 @@
 """Parts shared by RolloutJob and RolloutTrial: names, agents, env vars, storage, pod overrides.
 
-Rules are written once: an agent here obeys the same checks as an agent in job.yaml
-(`rollout.api.job`), and patterns that also go into the CRD schema are module constants, so the
+Rules are written once (`rollout.api.rules`): an agent here is the agent of job.yaml with its env
+in Kubernetes' form, and patterns that also go into the CRD schema are constants there, so the
 apiserver and the models refuse the same things.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -24,32 +22,18 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from rollout.api.base import ResourceModel
-from rollout.api.job import (
-    ENV_NAME_PATTERN,
-    FieldErrors,
-    agent_problems,
-    check_instruction_path,
-    check_name,
+from rollout.api.base import ApiModel
+from rollout.api.envrefs import ENV_NAME_PATTERN, env_key_problem
+from rollout.api.job_settings import AgentBase
+from rollout.api.problems import FieldErrors
+from rollout.api.rules import (
     duplicate_problems,
-    env_key_problem,
 )
 
 GROUP = "rollout.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 CATEGORY = "rollout"
-
-NAME_PATTERN = r"^([^/\\\x00.][^/\\\x00]*|\.[^/\\\x00.][^/\\\x00]*|\.\.[^/\\\x00]+)$"
-"""A name that is one safe path segment (job, agent, dataset, task): not empty, "." or "..", no
-slash, backslash or NUL. The same rule as `rollout.api.layout.check_component`, as a regex for the
-CRD (RE2 has no lookahead, hence the three alternatives)."""
-
-DIGEST_PATTERN = r"^[0-9a-f]{64}$"
-"""sha256 in lowercase hex: a dataset manifest's digest, a task's content hash."""
-
-QUANTITY_PATTERN = r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
-"""A non-negative Kubernetes quantity ("1", "500m", "2G", "10Gi")."""
 
 # Label and annotation keys under our own domain.
 LABEL_JOB = f"{GROUP}/job"
@@ -62,47 +46,6 @@ FINALIZER = f"{GROUP}/finalizer"
 """The operator's finalizer on every RolloutJob: it stops its work on a deleted job before the
 job goes (kopf needs it to stop the job's daemon). With no operator to remove it, a deleted job
 stays until `rollout release` removes it."""
-
-
-def _name_of(what: str) -> AfterValidator:
-    return AfterValidator(lambda value: check_name(value, what))
-
-
-def _pattern(pattern: str) -> dict[str, Any]:
-    return {"pattern": pattern}
-
-
-def matching_pattern(pattern: str, what: str) -> AfterValidator:
-    """Check `pattern` in Python with a message that says what was expected."""
-    compiled = re.compile(pattern)
-
-    def check(value: str) -> str:
-        if not compiled.search(value):
-            raise ValueError(f"{value!r} is not {what}")
-        return value
-
-    return AfterValidator(check)
-
-
-JobName = Annotated[str, _name_of("job name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
-AgentName = Annotated[str, _name_of("agent name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
-DatasetName = Annotated[
-    str, _name_of("dataset name"), Field(json_schema_extra=_pattern(NAME_PATTERN))
-]
-TaskName = Annotated[str, _name_of("task name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
-Digest = Annotated[
-    str,
-    matching_pattern(DIGEST_PATTERN, "a sha256 digest (64 lowercase hex digits)"),
-    Field(json_schema_extra=_pattern(DIGEST_PATTERN)),
-]
-InstructionPath = Annotated[
-    str, AfterValidator(check_instruction_path), Field(json_schema_extra=_pattern("^/"))
-]
-IntOrQuantity = Annotated[
-    int | str,
-    Field(json_schema_extra={"pattern": QUANTITY_PATTERN}),
-]
-"""An int or a quantity string; the CRD marks it x-kubernetes-int-or-string."""
 
 
 class ObjectMeta(BaseModel):
@@ -130,7 +73,7 @@ class ObjectMeta(BaseModel):
 # --- env vars -------------------------------------------------------------------------------------
 
 
-class SecretKeySelector(ResourceModel):
+class SecretKeySelector(ApiModel):
     """A key of a Secret in the resource's namespace."""
 
     name: str = Field(min_length=1, description="Name of the Secret.")
@@ -140,18 +83,18 @@ class SecretKeySelector(ResourceModel):
     )
 
 
-class EnvVarSource(ResourceModel):
+class EnvVarSource(ApiModel):
     """Where an env var's value comes from."""
 
     secret_key_ref: SecretKeySelector = Field(description="A key of a Secret.")
 
 
-class EnvVar(ResourceModel):
+class EnvVar(ApiModel):
     """An environment variable, as in a Kubernetes container: a literal `value` or `valueFrom`."""
 
     name: str = Field(
         description="Variable name (letters, digits, underscores).",
-        json_schema_extra=_pattern(ENV_NAME_PATTERN),
+        json_schema_extra={"pattern": ENV_NAME_PATTERN},
     )
     value: str | None = Field(None, description="Literal value.")
     value_from: EnvVarSource | None = Field(None, description="Take the value from a Secret.")
@@ -170,15 +113,9 @@ class EnvVar(ResourceModel):
         return self
 
 
-class AgentSpec(ResourceModel):
+class AgentSpec(AgentBase):
     """An agent, as job.yaml describes it; env values are literal or come from a Secret."""
 
-    name: AgentName = Field(description="Agent name; also its results directory.")
-    description: str | None = Field(None, description="What the agent is.")
-    install: str | None = Field(None, description="Bash script that installs the agent.")
-    execute: str | None = Field(
-        None, description="Bash script that runs the agent; absent only for 'oracle'."
-    )
     env: list[EnvVar] = Field(
         default_factory=list, description="Environment for the install and execute scripts."
     )
@@ -190,26 +127,11 @@ class AgentSpec(ResourceModel):
             raise FieldErrors(problems)
         return value
 
-    @model_validator(mode="after")
-    def _scripts(self) -> AgentSpec:
-        if problems := agent_problems(self.name, self.install, self.execute):
-            raise FieldErrors(problems)
-        return self
-
-
-def check_agents(agents: list[AgentSpec]) -> list[AgentSpec]:
-    """At least one agent, names distinct."""
-    if not agents:
-        raise ValueError("at least one agent is required")
-    if problems := duplicate_problems([a.name for a in agents], "agent name", "agents"):
-        raise FieldErrors(problems)
-    return agents
-
 
 # --- storage and pods -----------------------------------------------------------------------------
 
 
-class StorageSpec(ResourceModel):
+class StorageSpec(ApiModel):
     """S3-compatible object storage for datasets and results.
 
     The credentials Secret, when named, holds `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`
@@ -245,7 +167,7 @@ class TaintEffect(StrEnum):
     NO_EXECUTE = "NoExecute"
 
 
-class Toleration(ResourceModel):
+class Toleration(ApiModel):
     """A Kubernetes toleration for trial Pods."""
 
     key: str | None = Field(None, description="Taint key; empty with Exists matches all taints.")
@@ -257,13 +179,13 @@ class Toleration(ResourceModel):
     )
 
 
-class LocalObjectReference(ResourceModel):
+class LocalObjectReference(ApiModel):
     """A reference to an object in the same namespace, by name."""
 
     name: str = Field(min_length=1, description="Name of the object.")
 
 
-class PodOverrides(ResourceModel):
+class PodOverrides(ApiModel):
     """Scheduling settings applied to every trial Pod."""
 
     node_selector: dict[str, str] = Field(

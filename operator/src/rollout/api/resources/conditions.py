@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, Field
 
-from rollout.api.base import ResourceModel
+from rollout.api.base import ApiModel
 
 CONDITIONS_LIST_MAP: dict[str, Any] = {
     "x-kubernetes-list-type": "map",
@@ -96,7 +96,7 @@ class TrialConditionReason(StrEnum):
     TRIAL_ERROR = "TrialError"
 
 
-class Condition(ResourceModel):
+class Condition(ApiModel):
     """One aspect of the resource's state, as Kubernetes conditions are."""
 
     type: str = Field(min_length=1, description="Condition type, e.g. Complete.")

@@ -31,35 +31,24 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AwareDatetime, Field, field_validator
 
-from rollout.api.base import ResourceModel
-from rollout.api.job import (
-    DEFAULT_INSTRUCTION_PATH,
-    EnvironmentType,
-    FieldErrors,
-    JobDataset,
-    LogLevel,
-    check_bytes_override,
-    check_cpus_override,
-    duplicate_problems,
-    zero_is_unset,
-)
-from rollout.api.metrics import MetricType
+from rollout.api.base import ApiModel
+from rollout.api.environment import ClusterEnvironmentSettings
+from rollout.api.job import JobDataset
+from rollout.api.job_settings import JobSettings, check_agent_names
+from rollout.api.metrics import MetricValue
+from rollout.api.problems import FieldErrors
 from rollout.api.resources.common import (
     AGE_COLUMN,
     AgentSpec,
-    DatasetName,
-    Digest,
-    InstructionPath,
-    IntOrQuantity,
-    JobName,
     ObjectMeta,
     PodOverrides,
     PrinterColumn,
     ResourceInfo,
     StorageSpec,
-    check_agents,
 )
 from rollout.api.resources.conditions import CONDITIONS_LIST_MAP, Condition
+from rollout.api.results import AgentSummary
+from rollout.api.rules import DatasetName, Digest, JobName, duplicate_problems
 
 Count = Annotated[int, Field(ge=0)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -77,75 +66,7 @@ class JobPhase(StrEnum):
     FAILED = "Failed"
 
 
-class JobEnvironmentSpec(ResourceModel):
-    """Where trials run and what of each task's environment to override."""
-
-    type: EnvironmentType = Field(
-        EnvironmentType.KUBERNETES,
-        description="kubernetes runs each trial in a Pod, the one type this version runs (the "
-        "rollout CLI submits job.yaml's docker as kubernetes). docker, modal, daytona and e2b "
-        "are kept for a bridge controller that does not exist yet: a job of those types is "
-        "refused (condition Valid=False).",
-    )
-    force_build: bool = Field(
-        False, description="Build from environment/Dockerfile even when a task names an image."
-    )
-    preserve_env: bool = Field(
-        False, description="Keep each trial's environment (its Pod) after the trial ends."
-    )
-    override_cpus: IntOrQuantity | None = Field(
-        None, description="If set, replaces every task's environment.cpus."
-    )
-    override_memory: IntOrQuantity | None = Field(
-        None, description="If set, replaces every task's environment.memory (bare number: MiB)."
-    )
-    override_storage: IntOrQuantity | None = Field(
-        None, description="If set, replaces every task's environment.storage (bare number: MiB)."
-    )
-
-    @field_validator("override_cpus", "override_memory", "override_storage", mode="before")
-    @classmethod
-    def _not_bool(cls, value: Any) -> Any:
-        # Unlike job.yaml, no float is taken: the apiserver takes only an integer or a string.
-        if isinstance(value, bool):
-            raise ValueError(f"expected an integer or a quantity string, got {value}")
-        return value
-
-    @field_validator("override_cpus")
-    @classmethod
-    def _check_cpus(cls, value: int | str | None) -> int | str | None:
-        return check_cpus_override(value)
-
-    @field_validator("override_memory", "override_storage")
-    @classmethod
-    def _check_bytes(cls, value: int | str | None) -> int | str | None:
-        return check_bytes_override(value)
-
-
-class JobVerifierSpec(ResourceModel):
-    """Job-level verifier settings."""
-
-    override_timeout_sec: Seconds | None = Field(
-        None, description="If set (not 0 or null), replaces each task's verifier.timeout_sec."
-    )
-    max_timeout_sec: Seconds | None = Field(
-        None, description="If set (not 0 or null), the ceiling of every verifier timeout."
-    )
-    disable: bool = Field(False, description="Do not run the verifier (collect traces only).")
-
-    @field_validator("override_timeout_sec", "max_timeout_sec")
-    @classmethod
-    def _zero_is_unset(cls, value: float | None) -> float | None:
-        return zero_is_unset(value)
-
-
-class MetricSpec(ResourceModel):
-    """A job-level metric over trial rewards."""
-
-    type: MetricType = Field(description="One of sum, min, max, mean.")
-
-
-class DatasetRef(ResourceModel):
+class DatasetRef(ApiModel):
     """A dataset published to storage: its name and the digest of its bundle manifest."""
 
     name: DatasetName = Field(description="Dataset name; also its results directory.")
@@ -159,35 +80,22 @@ class DatasetRef(ResourceModel):
     )
 
 
-class RolloutJobSpec(ResourceModel):
-    """What to run: job.yaml's settings, plus where results go and how trial Pods look."""
-
+class _JobName(ApiModel):
+    # A base of its own so that `jobName` comes first in the spec (pydantic orders fields
+    # base-first), as `name` does in job.yaml.
     job_name: JobName | None = Field(
         None,
         description="The job's name in job.yaml, which names its results (jobs/<jobName>/); "
         "defaults to metadata.name.",
     )
-    jobs_dir: str = Field(
-        "jobs", min_length=1, description="Local directory the CLI downloads results to."
-    )
-    n_attempts: int = Field(1, ge=1, description="Attempts per (agent, task) pair.")
-    n_concurrent_trials: int = Field(4, ge=1, description="Most trials running at the same time.")
-    timeout_multiplier: float = Field(
-        1.0, gt=0, allow_inf_nan=False, description="Multiplies every timeout."
-    )
-    log_level: LogLevel = Field(LogLevel.ERROR, description="Log level of the runner.")
-    instruction_path: InstructionPath = Field(
-        DEFAULT_INSTRUCTION_PATH,
-        description="Where instruction.md is placed ($ROLLOUT_TASK_INSTRUCTION holds it).",
-    )
-    environment: JobEnvironmentSpec = Field(
-        default_factory=JobEnvironmentSpec, description="Environment provider and overrides."
-    )
-    verifier: JobVerifierSpec = Field(
-        default_factory=JobVerifierSpec, description="Verifier settings."
-    )
-    metrics: list[MetricSpec] = Field(
-        default_factory=list, description="Job-level metrics over trial rewards."
+
+
+class RolloutJobSpec(JobSettings, _JobName):
+    """What to run: job.yaml's settings, plus where results go and how trial Pods look."""
+
+    environment: ClusterEnvironmentSettings = Field(
+        default_factory=ClusterEnvironmentSettings,
+        description="Environment provider and overrides.",
     )
     agents: list[AgentSpec] = Field(min_length=1, description="The agents to evaluate.")
     datasets: list[DatasetRef] = Field(
@@ -216,7 +124,8 @@ class RolloutJobSpec(ResourceModel):
     @field_validator("agents")
     @classmethod
     def _agents(cls, value: list[AgentSpec]) -> list[AgentSpec]:
-        return check_agents(value)
+        check_agent_names(value)
+        return value
 
     @field_validator("datasets")
     @classmethod
@@ -226,16 +135,8 @@ class RolloutJobSpec(ResourceModel):
             raise FieldErrors(problems)
         return value
 
-    @field_validator("metrics")
-    @classmethod
-    def _distinct_metrics(cls, value: list[MetricSpec]) -> list[MetricSpec]:
-        names = [m.type.value for m in value]
-        if problems := duplicate_problems(names, "metric", "metrics", "type"):
-            raise FieldErrors(problems)
-        return value
 
-
-class TrialCounts(ResourceModel):
+class TrialCounts(ApiModel):
     """How many trials are where. completed and failed follow the seed's definitions."""
 
     total: Count = Field(0, description="Trials the job has (agents x tasks x attempts).")
@@ -248,27 +149,7 @@ class TrialCounts(ResourceModel):
     )
 
 
-class MetricStatus(ResourceModel):
-    """A configured metric and its current value."""
-
-    type: MetricType = Field(description="The metric.")
-    value: FiniteFloat | None = Field(
-        None, description="Over the rewards of completed trials; null when none completed."
-    )
-
-
-class AgentStatus(ResourceModel):
-    """One agent's aggregate over its trials."""
-
-    total: Count = Field(0, description="The agent's trials.")
-    completed: Count = Field(0, description="Its trials whose verifier produced a reward.")
-    failed: Count = Field(0, description="Its trials an error kept from a reward.")
-    pass_rate: Fraction | None = Field(None, description="Completed trials with reward 1.0.")
-    mean_reward: FiniteFloat | None = Field(None, description="Mean reward of completed trials.")
-    total_cost: FiniteFloat | None = Field(None, description="Sum of its trials' costs.")
-
-
-class RolloutJobStatus(ResourceModel):
+class RolloutJobStatus(ApiModel):
     """Progress and results of the job; written by the operator only."""
 
     phase: JobPhase | None = Field(
@@ -283,10 +164,10 @@ class RolloutJobStatus(ResourceModel):
     )
     mean_reward: FiniteFloat | None = Field(None, description="Mean reward over completed trials.")
     total_cost: FiniteFloat | None = Field(None, description="Sum of trial costs so far.")
-    metrics: list[MetricStatus] = Field(
+    metrics: list[MetricValue] = Field(
         default_factory=list, description="The job's configured metrics."
     )
-    agents: dict[str, AgentStatus] = Field(
+    agents: dict[str, AgentSummary] = Field(
         default_factory=dict, description="Aggregates per agent name."
     )
     conditions: list[Condition] = Field(
@@ -301,7 +182,7 @@ class RolloutJobStatus(ResourceModel):
     )
 
 
-class RolloutJob(ResourceModel):
+class RolloutJob(ApiModel):
     """A job of agent evaluations: trials of every agent on every task of every dataset."""
 
     resource: ClassVar[ResourceInfo] = ResourceInfo(

@@ -19,28 +19,33 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 
-from rollout.api.base import ResourceModel
-from rollout.api.errors import ErrorType
-from rollout.api.job import DEFAULT_INSTRUCTION_PATH, EnvironmentType, LogLevel
+from rollout.api.base import ApiModel
+from rollout.api.environment import EnvironmentType
+from rollout.api.job_settings import LogLevel
+from rollout.api.quantity import QUANTITY_PATTERN
 from rollout.api.resources.common import (
     AGE_COLUMN,
-    QUANTITY_PATTERN,
     AgentSpec,
-    DatasetName,
-    Digest,
-    InstructionPath,
-    JobName,
     ObjectMeta,
     PodOverrides,
     PrinterColumn,
     ResourceInfo,
     StorageSpec,
+)
+from rollout.api.resources.conditions import CONDITIONS_LIST_MAP, Condition
+from rollout.api.results import TrialDurations, TrialError, TrialTimestamps
+from rollout.api.rules import (
+    DEFAULT_INSTRUCTION_PATH,
+    DatasetName,
+    Digest,
+    InstructionPath,
+    JobName,
     TaskName,
     matching_pattern,
 )
-from rollout.api.resources.conditions import CONDITIONS_LIST_MAP, Condition
+from rollout.api.timeouts import PhaseTimeouts
 
 Quantity = Annotated[
     str,
@@ -61,7 +66,7 @@ class TrialPhase(StrEnum):
     FAILED = "Failed"
 
 
-class TrialResources(ResourceModel):
+class TrialResources(ApiModel):
     """The environment container's resources, as requests and limits."""
 
     cpus: Quantity = Field(description="CPU quantity, e.g. '1' or '500m'.")
@@ -70,16 +75,7 @@ class TrialResources(ResourceModel):
     gpus: int = Field(0, ge=0, description="Number of GPUs.")
 
 
-class TrialTimeouts(ResourceModel):
-    """Effective timeouts in seconds: the task's, after job overrides and the multiplier."""
-
-    agent_install_sec: TimeoutSeconds = Field(description="Agent install script.")
-    agent_sec: TimeoutSeconds = Field(description="Agent execute script.")
-    verifier_sec: TimeoutSeconds = Field(description="Verifier (tests/test.sh).")
-    build_sec: TimeoutSeconds = Field(description="Environment image build.")
-
-
-class RolloutTrialSpec(ResourceModel):
+class RolloutTrialSpec(ApiModel):
     """What to run for one trial; written by the operator from the RolloutJob."""
 
     job_name: JobName = Field(description="The job's name (spec.jobName of the RolloutJob).")
@@ -97,7 +93,7 @@ class RolloutTrialSpec(ResourceModel):
     )
     image: str = Field(min_length=1, description="Image of the environment container.")
     resources: TrialResources = Field(description="Resources of the environment container.")
-    timeouts: TrialTimeouts = Field(description="Effective timeouts.")
+    timeouts: PhaseTimeouts = Field(description="Effective timeouts.")
     instruction_path: InstructionPath = Field(
         DEFAULT_INSTRUCTION_PATH, description="Where instruction.md is placed."
     )
@@ -120,47 +116,7 @@ class RolloutTrialSpec(ResourceModel):
     log_level: LogLevel = Field(LogLevel.ERROR, description="Log level of the runner.")
 
 
-class TrialErrorStatus(ResourceModel):
-    """What went wrong, as the trial's result.json has it."""
-
-    type: ErrorType = Field(description="One of the seed's error types.")
-    message: str = Field(description="What went wrong.")
-
-
-class TrialDurations(ResourceModel):
-    """Seconds spent in each phase; null for a phase that did not run."""
-
-    total_sec: Seconds | None = Field(None, description="The whole trial.")
-    environment_setup_sec: Seconds | None = Field(
-        None, description="Image build or pull, container start, file copies."
-    )
-    agent_setup_sec: Seconds | None = Field(None, description="Agent install.")
-    agent_execution_sec: Seconds | None = Field(None, description="Agent execution.")
-    verifier_sec: Seconds | None = Field(None, description="Verifier.")
-
-
-class TrialTimestamps(ResourceModel):
-    """When each phase started and ended (RFC 3339, UTC)."""
-
-    started_at: AwareDatetime | None = Field(None, description="Trial start.")
-    environment_setup_started_at: AwareDatetime | None = Field(
-        None, description="Environment setup start."
-    )
-    environment_setup_ended_at: AwareDatetime | None = Field(
-        None, description="Environment setup end."
-    )
-    agent_setup_started_at: AwareDatetime | None = Field(None, description="Agent install start.")
-    agent_setup_ended_at: AwareDatetime | None = Field(None, description="Agent install end.")
-    agent_execution_started_at: AwareDatetime | None = Field(
-        None, description="Agent execution start."
-    )
-    agent_execution_ended_at: AwareDatetime | None = Field(None, description="Agent execution end.")
-    verifier_started_at: AwareDatetime | None = Field(None, description="Verifier start.")
-    verifier_ended_at: AwareDatetime | None = Field(None, description="Verifier end.")
-    ended_at: AwareDatetime | None = Field(None, description="Trial end.")
-
-
-class RolloutTrialStatus(ResourceModel):
+class RolloutTrialStatus(ApiModel):
     """What happened; written by the operator (or the bridge controller) only."""
 
     phase: TrialPhase | None = Field(None, description="Pending, Running, Succeeded or Failed.")
@@ -173,7 +129,7 @@ class RolloutTrialStatus(ResourceModel):
     cost: float | None = Field(
         None, allow_inf_nan=False, description="Cost of the trial, when known."
     )
-    error: TrialErrorStatus | None = Field(None, description="The trial's error, if any.")
+    error: TrialError | None = Field(None, description="The trial's error, if any.")
     durations: TrialDurations | None = Field(None, description="Seconds per phase.")
     timestamps: TrialTimestamps | None = Field(None, description="Start and end of each phase.")
     result_uri: str | None = Field(
@@ -190,7 +146,7 @@ class RolloutTrialStatus(ResourceModel):
     )
 
 
-class RolloutTrial(ResourceModel):
+class RolloutTrial(ApiModel):
     """One trial: an agent's attempt at a task, run in its own Pod."""
 
     resource: ClassVar[ResourceInfo] = ResourceInfo(

@@ -1,0 +1,120 @@
+"""Agent environment variables: their names, and `${VAR}` references in their values.
+
+A value holding `${NAME}` takes its value from the environment of the process that submits the
+job (the CLI); anything else is literal. Only `${NAME}` with a name of letters, digits and
+underscores is a reference; `${...}` of any other shape is an error rather than a silently
+literal value. The models never hold a resolved value: config.json and the RolloutJob keep the
+`${VAR}` text, and resolved values exist only in `resolve_agent_env`'s result (the CLI puts them
+in a Secret).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from rollout.api.errors import InvalidInput, Problem
+
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+"""Environment variable names: POSIX shell names, so install and execute scripts can read them."""
+
+INSTRUCTION_ENV_VAR = "ROLLOUT_TASK_INSTRUCTION"
+"""Set by Rollout to `instruction_path` for the agent; an agent's env may not set it."""
+
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
+_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+
+
+class AgentWithEnv(Protocol):
+    """An agent of job.yaml: its name and its env as written."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def env(self) -> dict[str, str]: ...
+
+
+class JobWithAgents(Protocol):
+    """A job of job.yaml, as far as its agents' env goes."""
+
+    @property
+    def agents(self) -> Sequence[AgentWithEnv]: ...
+
+
+def env_key_problem(key: str) -> str | None:
+    """What is wrong with an env variable name, or None."""
+    if not _ENV_NAME.match(key):
+        return f"{key!r} is not a valid environment variable name (letters, digits, underscores)"
+    if key == INSTRUCTION_ENV_VAR:
+        return f"{INSTRUCTION_ENV_VAR} is set by Rollout to instruction_path; set that instead"
+    return None
+
+
+def env_references(value: str) -> list[str]:
+    """The variable names `${NAME}` in `value`, in order, each once."""
+    names: list[str] = []
+    for match in _REFERENCE.finditer(value):
+        if match[1] not in names:
+            names.append(match[1])
+    return names
+
+
+def env_value_problem(value: str) -> str | None:
+    """What is wrong with the `${...}` references of an env value, or None."""
+    for match in _REFERENCE.finditer(value):
+        if not _ENV_NAME.match(match[1]):
+            return (
+                f"unsupported reference {match[0]!r}: only ${{NAME}} is supported, NAME made of "
+                "letters, digits and underscores"
+            )
+    if "${" in _REFERENCE.sub("", value):
+        return "'${' without a closing '}'"
+    return None
+
+
+def substitute(value: str, environ: Mapping[str, str]) -> str:
+    """`value` with each `${NAME}` replaced from `environ` (every name must be there)."""
+    return _REFERENCE.sub(lambda m: environ[m[1]], value)
+
+
+def agent_env_references(job: JobWithAgents) -> dict[str, dict[str, list[str]]]:
+    """`{agent: {KEY: [VAR, ...]}}` for every env value that refers to a variable."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for agent in job.agents:
+        for key, value in agent.env.items():
+            if names := env_references(value):
+                found.setdefault(agent.name, {})[key] = names
+    return found
+
+
+def resolve_agent_env(
+    job: JobWithAgents, environ: Mapping[str, str], *, file: str | Path = "job.yaml"
+) -> dict[str, dict[str, str]]:
+    """`{agent: {KEY: value}}` with every `${VAR}` taken from `environ`.
+
+    Every unset variable is reported at once, naming the agent, the key and the variable.
+    """
+    resolved: dict[str, dict[str, str]] = {}
+    problems: list[Problem] = []
+    for index, agent in enumerate(job.agents):
+        values: dict[str, str] = {}
+        for key, value in agent.env.items():
+            missing = [name for name in env_references(value) if name not in environ]
+            for name in missing:
+                problems.append(
+                    Problem(
+                        str(file),
+                        f"agents[{index}].env.{key}",
+                        f"environment variable {name} is not set (agent {agent.name!r} "
+                        f"takes {key} from ${{{name}}})",
+                    )
+                )
+            if not missing:
+                values[key] = substitute(value, environ)
+        resolved[agent.name] = values
+    if problems:
+        raise InvalidInput(problems)
+    return resolved

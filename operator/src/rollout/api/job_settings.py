@@ -1,0 +1,170 @@
+"""The settings that job.yaml and a RolloutJob share, as one model each.
+
+`JobSettings` holds the job-level settings of the seed's job.yaml (attempts, concurrency,
+timeouts, instruction path, environment, verifier, metrics); `JobConfig` (job.yaml) and
+`RolloutJobSpec` (the resource) are built on it and add what only they have. `AgentBase` is
+an agent without its env, whose form differs: job.yaml writes `KEY: value` with `${VAR}`
+references, a resource writes Kubernetes env vars with Secret references.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from rollout.api.base import ApiModel
+from rollout.api.environment import EnvironmentSettings
+from rollout.api.metrics import Metric
+from rollout.api.problems import FieldErrors
+from rollout.api.rules import (
+    DEFAULT_INSTRUCTION_PATH,
+    ORACLE_AGENT,
+    AgentName,
+    InstructionPath,
+    PositiveInt,
+    PositiveSeconds,
+    agent_problems,
+    duplicate_problems,
+    not_bool,
+    text,
+    zero_is_unset,
+)
+
+
+class LogLevel(StrEnum):
+    """Rollout's log level, as job.yaml spells it."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+
+
+class VerifierSettings(ApiModel):
+    """`verifier`: job-level verifier settings."""
+
+    override_timeout_sec: PositiveSeconds | None = Field(
+        None, description="If set (not 0 or null), replaces each task's verifier.timeout_sec."
+    )
+    max_timeout_sec: PositiveSeconds | None = Field(
+        None, description="If set (not 0 or null), the ceiling of every verifier timeout."
+    )
+    disable: bool = Field(
+        False, strict=True, description="Do not run the verifier (collect traces only)."
+    )
+
+    @field_validator("override_timeout_sec", "max_timeout_sec")
+    @classmethod
+    def _zero_is_unset(cls, value: float | None) -> float | None:
+        return zero_is_unset(value)
+
+
+class AgentBase(ApiModel):
+    """An agent: its name and scripts (each form adds its env). 'oracle' is reserved."""
+
+    name: AgentName = Field(description="Agent name; also its results directory.")
+    description: str | None = Field(None, description="What the agent is.")
+    install: str | None = Field(None, description="Bash script that installs the agent.")
+    execute: str | None = Field(
+        None, description="Bash script that runs the agent; absent only for 'oracle'."
+    )
+
+    @field_validator("name", "description", "install", "execute", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return text(value)
+
+    @model_validator(mode="after")
+    def _scripts(self) -> Self:
+        if problems := agent_problems(self.name, self.install, self.execute):
+            raise FieldErrors(problems)
+        return self
+
+    @property
+    def is_oracle(self) -> bool:
+        return self.name == ORACLE_AGENT
+
+    def scripts(self) -> dict[str, Any]:
+        """The fields every form of an agent has, to build another form from this one."""
+        return {name: getattr(self, name) for name in AgentBase.model_fields}
+
+
+def check_agent_names(agents: list[Any]) -> None:
+    """At least one agent, names distinct."""
+    if not agents:
+        raise ValueError("at least one agent is required")
+    if problems := duplicate_problems([a.name for a in agents], "agent name", "agents"):
+        raise FieldErrors(problems)
+
+
+class JobSettings(ApiModel):
+    """The job-level settings of job.yaml, shared by the job file and the RolloutJob."""
+
+    jobs_dir: str = Field(
+        "jobs", min_length=1, description="Local directory the CLI downloads results to."
+    )
+    n_attempts: PositiveInt = Field(1, description="Attempts per (agent, task) pair.")
+    n_concurrent_trials: PositiveInt = Field(4, description="Most trials running at the same time.")
+    timeout_multiplier: float = Field(
+        1.0, gt=0, strict=True, allow_inf_nan=False, description="Multiplies every timeout."
+    )
+    log_level: LogLevel = Field(LogLevel.ERROR, description="Log level of the runner.")
+    instruction_path: InstructionPath = Field(
+        DEFAULT_INSTRUCTION_PATH,
+        description="Where instruction.md is placed ($ROLLOUT_TASK_INSTRUCTION holds it).",
+    )
+    environment: EnvironmentSettings = Field(
+        default_factory=EnvironmentSettings, description="Environment provider and overrides."
+    )
+    verifier: VerifierSettings = Field(
+        default_factory=VerifierSettings, description="Verifier settings."
+    )
+    metrics: list[Metric] = Field(
+        default_factory=list, description="Job-level metrics over trial rewards."
+    )
+
+    @field_validator("jobs_dir", "instruction_path", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return text(value)
+
+    @field_validator("jobs_dir")
+    @classmethod
+    def _jobs_dir(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lowercase(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("timeout_multiplier", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return not_bool(value)
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _no_metrics(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    @field_validator("metrics")
+    @classmethod
+    def _distinct_metrics(cls, value: list[Metric]) -> list[Metric]:
+        if problems := duplicate_problems(
+            [m.type.value for m in value], "metric", "metrics", "type"
+        ):
+            raise FieldErrors(problems)
+        return value
+
+    def job_settings(self) -> dict[str, Any]:
+        """The shared settings, to build the other form of the job from this one."""
+        settings = {name: getattr(self, name) for name in JobSettings.model_fields}
+        # Each form has its own environment class (their default types differ): pass values.
+        settings["environment"] = dict(self.environment)
+        return settings
