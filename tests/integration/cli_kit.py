@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from kube import ROLLOUT_JOBS, Kube
+from rollout.api.aggregate import aggregate
 from rollout.api.layout import (
     COMMAND_STDERR,
     COMMAND_STDOUT,
@@ -32,7 +33,7 @@ from rollout.api.layout import (
     trial_prefix,
 )
 from rollout.api.metrics import MetricType
-from rollout.api.results import TrialResult, TrialTimestamps, aggregate
+from rollout.api.results import TrialResult, TrialTimestamps
 from rollout.cli.main import main
 from rollout.storage import ObjectStore, StorageSettings
 

@@ -12,10 +12,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from rollout.api.aggregate import TrialOutcome
 from rollout.api.bundle import build_manifest, canonical_json
 from rollout.api.dataset import load_local_dataset
 from rollout.api.resources import RolloutJob, StorageSpec
-from rollout.api.results import JobResult, TrialOutcome
+from rollout.api.results import JobResult
 from rollout.controller.buckets import NoStorage, job_storage_spec, operator_settings
 from rollout.controller.config import OperatorConfig
 from rollout.controller.datasets import DatasetProblem, parse_manifest

@@ -19,14 +19,7 @@ from pydantic import ValidationError
 
 from crd_rules import structural_violations, validate_object
 from paths import REPO
-from rollout.api.crd import (
-    HEADER,
-    SchemaError,
-    custom_resource_definition,
-    render_crds,
-    stale_crds,
-    structural_schema,
-)
+from rollout.api.crd import HEADER, custom_resource_definition, render_crds, stale_crds
 from rollout.api.errors import ErrorType
 from rollout.api.layout import check_component
 from rollout.api.quantity import QUANTITY_PATTERN, parse_quantity
@@ -43,6 +36,7 @@ from rollout.api.resources import (
     set_condition,
 )
 from rollout.api.rules import DIGEST_PATTERN, NAME_PATTERN
+from rollout.api.schema import SchemaError, structural_schema
 
 CRDS = REPO / "crds"
 JOB_CRD = CRDS / "rollout.dev_rolloutjobs.yaml"

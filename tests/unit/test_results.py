@@ -9,18 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from rollout.api.aggregate import TrialOutcome, aggregate, summarize, trial_span
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.metrics import MetricType, compute_metric
-from rollout.api.results import (
-    JobResult,
-    TrialError,
-    TrialOutcome,
-    TrialResult,
-    aggregate,
-    format_timestamp,
-    summarize,
-    trial_span,
-)
+from rollout.api.results import JobResult, TrialError, TrialResult, format_timestamp
 
 SEED = Path(__file__).parent.parent / "data" / "seed"
 

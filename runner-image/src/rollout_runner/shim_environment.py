@@ -17,7 +17,6 @@ import shlex
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 
@@ -30,10 +29,18 @@ from rollout_runner.environment import (
     ExecResult,
     FileTransferError,
 )
+from rollout_runner.shim_requests import (
+    ShimInfo,
+    cancel_unstarted,
+    encode_env,
+    one_line,
+    read_result,
+    request_file_exists,
+    write_request,
+)
 
 log = logging.getLogger(__name__)
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # A user name as useradd and busybox adduser accept it; never an option for su.
 _USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?\Z")
 # Polling for the shim's answer: every few ms while most commands finish, then gently.
@@ -50,59 +57,6 @@ class ShimNotReady(EnvironmentNotReady):
 
 class ShimUnresponsive(EnvironmentFailure):
     """The shim did not answer a request it should answer promptly (kill, kill-all, exit)."""
-
-
-@dataclass(frozen=True)
-class ShimInfo:
-    """What the shim reported when it became ready."""
-
-    version: int
-    pid: int
-    control_dir: str
-    """The control directory as the shim sees it: paths in commands use this."""
-    cwd: str
-    """The container's working directory: where commands run unless given a cwd."""
-    has_setsid: bool
-    user_switch: str
-    """The tool that runs commands as another user (`su`, `runuser`, `setpriv`), or ''."""
-    uid: int | None
-
-    @classmethod
-    def parse(cls, text: str) -> ShimInfo:
-        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-        try:
-            return cls(
-                version=int(fields["version"]),
-                pid=int(fields["pid"]),
-                control_dir=fields["dir"],
-                cwd=fields["cwd"],
-                has_setsid=bool(fields["setsid"]),
-                user_switch=fields["su"],
-                uid=int(fields["uid"]) if fields["uid"].isdigit() else None,
-            )
-        except (KeyError, ValueError) as err:
-            raise EnvironmentFailure(
-                f"the shim's ready file is malformed ({err}): {text!r}"
-            ) from err
-
-
-def encode_env(env: Mapping[str, str]) -> str:
-    """The `env` request file: one `export NAME='value'` line per variable, for sh's `eval`."""
-    lines = []
-    for name, value in env.items():
-        if not _ENV_NAME.match(name):
-            raise ValueError(f"env: {name!r} is not a valid environment variable name")
-        if "\0" in value:
-            # Never quote the value: it may be a secret.
-            raise ValueError(f"env: the value of {name} contains a NUL character")
-        lines.append(f"export {name}={shlex.quote(value)}\n")
-    return "".join(lines)
-
-
-def _one_line(what: str, value: str) -> bytes:
-    if not value or "\n" in value or "\0" in value:
-        raise ValueError(f"{what} must be a non-empty single line, got {value!r}")
-    return value.encode() + b"\n"
 
 
 class ShimEnvironment(Environment):
@@ -188,7 +142,7 @@ class ShimEnvironment(Environment):
             files[shim.USER_FILE] = user.encode() + b"\n"
         if cwd is not None:
             # "./" keeps a relative cwd from meaning `cd -` or searching CDPATH.
-            files[shim.CWD_FILE] = _one_line("cwd", cwd if cwd.startswith("/") else f"./{cwd}")
+            files[shim.CWD_FILE] = one_line("cwd", cwd if cwd.startswith("/") else f"./{cwd}")
         secret = {}
         if env:
             encoded = encode_env(env).encode()
@@ -201,10 +155,10 @@ class ShimEnvironment(Environment):
         try:
             done = await self._wait_for(request / shim.RC_FILE, started + timeout_sec)
             if done:
-                exit_code, stdout, stderr = await asyncio.to_thread(_read_result, request)
+                exit_code, stdout, stderr = await asyncio.to_thread(read_result, request)
                 return ExecResult(exit_code, stdout, stderr, False, time.monotonic() - started)
             await self._terminate(request)
-            _, stdout, stderr = await asyncio.to_thread(_read_result, request)
+            _, stdout, stderr = await asyncio.to_thread(read_result, request)
             return ExecResult(None, stdout, stderr, True, time.monotonic() - started)
         except asyncio.CancelledError:
             # The phase was cancelled: the command must not outlive it.
@@ -294,7 +248,7 @@ class ShimEnvironment(Environment):
         secret: Mapping[str, bytes] = NO_FILES,
     ) -> Path:
         request = self._requests / self._new_id()
-        await asyncio.to_thread(_write_request, request, line, files, secret)
+        await asyncio.to_thread(write_request, request, line, files, secret)
         log.debug("shim request %s: %s", request.name, line.split()[0])
         return request
 
@@ -302,7 +256,7 @@ class ShimEnvironment(Environment):
         """Poll for `path` until `deadline` (time.monotonic()); quickly at first, then gently."""
         started = time.monotonic()
         delay = _POLL_FIRST_SEC
-        while not _exists(path):
+        while not request_file_exists(path):
             now = time.monotonic()
             if now >= deadline:
                 return False
@@ -320,11 +274,11 @@ class ShimEnvironment(Environment):
                 f"the environment's shim did not answer the {what} request {request.name} "
                 f"within {timeout:g}s"
             )
-        return await asyncio.to_thread(_read_result, request)
+        return await asyncio.to_thread(read_result, request)
 
     async def _terminate(self, request: Path) -> None:
         """Make sure the run `request` is over: cancel it if not started, else kill its session."""
-        if await asyncio.to_thread(_cancel_unstarted, request):
+        if await asyncio.to_thread(cancel_unstarted, request):
             return
         grace_ms = int(self.kill_grace_sec * 1000)
         kill = await self._submit(f"kill {request.name} {grace_ms}")
@@ -359,50 +313,6 @@ class ShimEnvironment(Environment):
     def _check_not_stopped(self) -> None:
         if self._stopped:
             raise EnvironmentFailure("the environment was stopped")
-
-
-def _exists(path: Path) -> bool:
-    # One stat per poll, inline: cheaper than handing each one to a thread.
-    return path.exists()
-
-
-def _write_request(
-    request: Path, line: str, files: Mapping[str, bytes], secret: Mapping[str, bytes]
-) -> None:
-    request.mkdir(parents=True)
-    for name, data in files.items():
-        (request / name).write_bytes(data)
-    for name, data in secret.items():
-        fd = os.open(request / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as stream:
-            stream.write(data)
-    (request / shim.GO_TEMP_FILE).write_text(line + "\n", encoding="utf-8")
-    # The rename is what the shim waits for: the request is complete once `go` exists.
-    os.rename(request / shim.GO_TEMP_FILE, request / shim.GO_FILE)
-
-
-def _cancel_unstarted(request: Path) -> bool:
-    """Take `go` back before the shim claims it; True when the request will never start."""
-    try:
-        os.rename(request / shim.GO_FILE, request / shim.CANCELLED_FILE)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _read_result(request: Path) -> tuple[int | None, bytes, bytes]:
-    def read(name: str) -> bytes:
-        try:
-            return (request / name).read_bytes()
-        except FileNotFoundError:
-            return b""
-
-    rc = read(shim.RC_FILE).strip()
-    try:
-        exit_code = int(rc) if rc else None
-    except ValueError as err:
-        raise EnvironmentFailure(f"request {request.name}: the shim wrote rc {rc!r}") from err
-    return exit_code, read(shim.STDOUT_FILE), read(shim.STDERR_FILE)
 
 
 def _stage(local_path: Path, staged: Path) -> bool:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.cli.config import CliSettings
-from rollout.cli.kube import Cluster, ClusterError
+from rollout.cli.kube import Cluster
+from rollout.cli.kubeconfig import ClusterError
 from rollout.storage import ObjectStore, StorageSettings
 
 DEFAULT_JOBS_DIR = "jobs"

@@ -1,8 +1,7 @@
-"""The CLI's view of the cluster: the kubernetes client, the kubeconfig context and namespace.
+"""The CLI's view of the cluster: its requests to the Kubernetes API, in one namespace.
 
-Which cluster: `--kubeconfig` (else $KUBECONFIG, else ~/.kube/config; inside a Pod without any,
-the in-cluster service account), `--context` (else the kubeconfig's current context), and
-`--namespace` (else the context's namespace, else "default"), as kubectl chooses them.
+Which cluster: `rollout.cli.kubeconfig`, as kubectl chooses it; `--namespace` wins over the
+context's namespace.
 
 Every request has a timeout. API errors become `ClusterError`s that say what was being done, to
 which object, and what the API server answered; a RolloutJob resource that is not served means
@@ -14,28 +13,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from rollout.api.resources import GROUP, VERSION, RolloutJob, RolloutTrial
 from rollout.api.translate import resource_name
-from rollout.cli.errors import CliError
+from rollout.cli.kubeconfig import ClusterError, load_configuration
 
 Body = dict[str, Any]
 logger = logging.getLogger("rollout.cli")
 
 JOBS = RolloutJob.resource.plural
 TRIALS = RolloutTrial.resource.plural
-IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 CONNECT_TIMEOUT_SEC = 10.0
 READ_TIMEOUT_SEC = 60.0
 WATCH_TIMEOUT_SEC = 60
@@ -46,14 +41,6 @@ INSTALL_HINT = (
     "the RolloutJob resource (rolloutjobs.rollout.dev) is not installed in this cluster: "
     "install the rollout operator's Helm chart (charts/rollout-operator) first"
 )
-
-
-class ClusterError(CliError):
-    """A request to the Kubernetes API failed; the message says what, where and why."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,44 +73,12 @@ class Cluster:
         environ: Mapping[str, str] | None = None,
     ) -> Cluster:
         """Load the kubeconfig (or the in-cluster account) without making any request."""
-        env = os.environ if environ is None else environ
-        path = kubeconfig or env.get("KUBECONFIG", "").strip() or "~/.kube/config"
-        configuration = client.Configuration()
-        expanded = os.pathsep.join(str(Path(p).expanduser()) for p in path.split(os.pathsep) if p)
-        readable = any(Path(p).is_file() for p in expanded.split(os.pathsep))
-        if not readable and kubeconfig is None and IN_CLUSTER_NAMESPACE.is_file():
-            try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except ConfigException as err:
-                raise ClusterError(f"cannot use the in-cluster service account: {err}") from None
-            default_namespace = IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
-            chosen_context = None
-        else:
-            if not readable:
-                raise ClusterError(
-                    f"no kubeconfig at {expanded}: pass --kubeconfig or set KUBECONFIG to the "
-                    "cluster's kubeconfig"
-                )
-            try:
-                contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-                    config_file=expanded
-                )
-                chosen = _pick_context(contexts, current, context, expanded)
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=expanded,
-                    context=chosen["name"],
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-            except ConfigException as err:
-                raise ClusterError(f"cannot use the kubeconfig {expanded}: {err}") from None
-            chosen_context = chosen["name"]
-            default_namespace = (chosen.get("context") or {}).get("namespace") or "default"
+        where = load_configuration(kubeconfig, context, environ)
         return cls(
-            api_client=client.ApiClient(configuration),
-            namespace=namespace or default_namespace,
-            context=chosen_context,
-            host=configuration.host,
+            api_client=client.ApiClient(where.configuration),
+            namespace=namespace or where.namespace,
+            context=where.context,
+            host=where.configuration.host,
         )
 
     @classmethod
@@ -404,23 +359,6 @@ class Cluster:
                     yield str(event.get("type")), body
         finally:
             watcher.stop()  # type: ignore[no-untyped-call]
-
-
-def _pick_context(
-    contexts: list[dict[str, Any]] | None,
-    current: dict[str, Any] | None,
-    wanted: str | None,
-    path: str,
-) -> dict[str, Any]:
-    if wanted is None:
-        if current is None:
-            raise ClusterError(f"the kubeconfig {path} has no current context: pass --context")
-        return current
-    for candidate in contexts or []:
-        if candidate.get("name") == wanted:
-            return candidate
-    names = ", ".join(str(c.get("name")) for c in contexts or []) or "none"
-    raise ClusterError(f"no context {wanted!r} in the kubeconfig {path} (it has: {names})")
 
 
 def _api_message(err: ApiException) -> str:

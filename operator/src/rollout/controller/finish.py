@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rollout.api.aggregate import TrialOutcome, aggregate
 from rollout.api.errors import InvalidInput
 from rollout.api.job import job_to_config_json
 from rollout.api.layout import job_config_key, job_result_key
 from rollout.api.resources import RolloutJob
-from rollout.api.results import JobResult, TrialOutcome, aggregate
+from rollout.api.results import JobResult
 from rollout.api.translate import rollout_job_to_job
 from rollout.storage import ObjectStore
 

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rollout.api.aggregate import TrialOutcome
 from rollout.api.environment import EnvironmentType
 from rollout.api.errors import ErrorType
 from rollout.api.resources import LABEL_TRIAL, RolloutJob, RolloutTrial, TrialPhase
-from rollout.api.results import TrialOutcome
 from rollout.api.trials import child_name
 
 FINISHED_PHASES = frozenset({TrialPhase.SUCCEEDED, TrialPhase.FAILED})

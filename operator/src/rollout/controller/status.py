@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from rollout.api.aggregate import TrialOutcome, summarize
 from rollout.api.metrics import MetricType
 from rollout.api.resources import (
     Condition,
@@ -28,7 +29,6 @@ from rollout.api.resources import (
     find_condition,
     set_condition,
 )
-from rollout.api.results import TrialOutcome, summarize
 from rollout.controller.index import TrialEntry
 from rollout.controller.planner import JobPlan
 

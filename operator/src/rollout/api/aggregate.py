@@ -1,0 +1,226 @@
+"""Counting a job's trials once: the job's and each agent's figures, its metrics, and the job's
+result.json built from its trials.
+
+The definitions of completed, failed and passed are `rollout.api.results`' (`is_completed`,
+`is_failed`, `is_passed`); this module applies them to many trials in one pass, small enough for
+100,000 trials in memory. The operator aggregates from its index, the CLI from trial result
+files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rollout.api.errors import ErrorType
+from rollout.api.metrics import MetricType, MetricValue, compute_metric
+from rollout.api.results import (
+    AgentSummary,
+    JobResult,
+    TrialResult,
+    TrialSummary,
+    is_completed,
+    is_failed,
+    is_passed,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """What aggregation needs of one trial, small enough to keep 100,000 of them in memory.
+
+    The operator builds these from its index (a pending trial has neither reward nor error); the
+    CLI gets them from trial result.json files with `from_result`.
+    """
+
+    task_name: str
+    dataset_name: str
+    agent_name: str
+    attempt: int
+    reward: float | None = None
+    error_type: ErrorType | None = None
+    cost: float | None = None
+
+    @classmethod
+    def from_result(cls, result: TrialResult) -> TrialOutcome:
+        return cls(
+            task_name=result.task_name,
+            dataset_name=result.dataset_name,
+            agent_name=result.agent_name,
+            attempt=result.attempt,
+            reward=result.reward,
+            error_type=result.error.type if result.error else None,
+            cost=result.cost,
+        )
+
+    @property
+    def completed(self) -> bool:
+        return is_completed(self.reward)
+
+    @property
+    def failed(self) -> bool:
+        return is_failed(self.reward, self.error_type)
+
+    @property
+    def passed(self) -> bool:
+        return is_passed(self.reward)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Running counts for the job or one agent."""
+
+    total: int = 0
+    failed: int = 0
+    passed: int = 0
+    rewards: list[float] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+
+    def add(self, outcome: TrialOutcome) -> None:
+        self.total += 1
+        if is_completed(outcome.reward):
+            self.rewards.append(outcome.reward)
+            self.passed += is_passed(outcome.reward)
+        elif is_failed(outcome.reward, outcome.error_type):
+            self.failed += 1
+        if outcome.cost is not None:
+            self.costs.append(outcome.cost)
+
+    @property
+    def completed(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / len(self.rewards) if self.rewards else None
+
+    @property
+    def mean_reward(self) -> float | None:
+        return compute_metric(MetricType.MEAN, self.rewards)
+
+    @property
+    def total_cost(self) -> float | None:
+        return math.fsum(self.costs) if self.costs else None
+
+    def agent_summary(self) -> AgentSummary:
+        return AgentSummary(
+            total_trials=self.total,
+            completed_trials=self.completed,
+            failed_trials=self.failed,
+            pass_rate=self.pass_rate,
+            mean_reward=self.mean_reward,
+            total_cost=self.total_cost,
+        )
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A job's figures without the per-trial list: what the RolloutJob status shows."""
+
+    total_trials: int
+    completed_trials: int
+    failed_trials: int
+    pass_rate: float | None
+    mean_reward: float | None
+    total_cost: float | None
+    agents: dict[str, AgentSummary]
+    metrics: list[MetricValue]
+
+
+def _outcome(trial: TrialResult | TrialOutcome) -> TrialOutcome:
+    return trial if isinstance(trial, TrialOutcome) else TrialOutcome.from_result(trial)
+
+
+def summarize(
+    trials: Iterable[TrialResult | TrialOutcome], *, metrics: Sequence[MetricType] = ()
+) -> JobSummary:
+    """Count the trials once, O(n): the job's figures, each agent's, and the configured metrics.
+
+    Agents appear in the order their first trial appears (the enumeration order puts agents
+    first, so this is job.yaml's order). Pass every trial of the job, finished or not, so that
+    `total_trials` counts them all.
+    """
+    job = _Tally()
+    agents: dict[str, _Tally] = {}
+    for trial in trials:
+        outcome = _outcome(trial)
+        job.add(outcome)
+        tally = agents.get(outcome.agent_name)
+        if tally is None:
+            tally = agents[outcome.agent_name] = _Tally()
+        tally.add(outcome)
+    return JobSummary(
+        total_trials=job.total,
+        completed_trials=job.completed,
+        failed_trials=job.failed,
+        pass_rate=job.pass_rate,
+        mean_reward=job.mean_reward,
+        total_cost=job.total_cost,
+        agents={name: tally.agent_summary() for name, tally in agents.items()},
+        metrics=[MetricValue(type=m, value=compute_metric(m, job.rewards)) for m in metrics],
+    )
+
+
+def aggregate(
+    job_name: str,
+    trials: Iterable[TrialResult | TrialOutcome],
+    *,
+    metrics: Sequence[MetricType] = (),
+    started_at: datetime | None = None,
+    ended_at: datetime | None = None,
+) -> JobResult:
+    """The job's result.json from its trials, listed in trial order.
+
+    `started_at`/`ended_at` are the job's own (the operator and the CLI know them); nothing is
+    guessed from the trials, because a running job has no end yet. Use `trial_span` to get them
+    from trial result files when rebuilding a finished job's result. `total_duration_sec` is
+    `ended_at - started_at` when both are known and null otherwise: a sum of trial durations would
+    measure compute time, not the job's duration, once trials run concurrently.
+    `metrics` are the job.yaml metrics; with none, the file has no `metrics` key.
+    """
+    listed: list[TrialOutcome] = [_outcome(t) for t in trials]
+    summary = summarize(listed, metrics=metrics)
+    duration: float | None = None
+    if started_at is not None and ended_at is not None:
+        duration = (ended_at - started_at).total_seconds()
+        if duration < 0:
+            raise ValueError(f"job {job_name!r} ends ({ended_at}) before it starts ({started_at})")
+    return JobResult(
+        job_name=job_name,
+        total_trials=summary.total_trials,
+        completed_trials=summary.completed_trials,
+        failed_trials=summary.failed_trials,
+        pass_rate=summary.pass_rate,
+        mean_reward=summary.mean_reward,
+        total_cost=summary.total_cost,
+        total_duration_sec=duration,
+        started_at=started_at,
+        ended_at=ended_at,
+        agents=summary.agents,
+        results=[
+            TrialSummary(
+                task_name=o.task_name,
+                dataset_name=o.dataset_name,
+                agent_name=o.agent_name,
+                attempt=o.attempt,
+                reward=o.reward,
+            )
+            for o in listed
+        ],
+        metrics=summary.metrics if metrics else None,
+    )
+
+
+def trial_span(trials: Iterable[TrialResult]) -> tuple[datetime | None, datetime | None]:
+    """The earliest trial start and the latest trial end, for a job rebuilt from its trial files."""
+    first: datetime | None = None
+    last: datetime | None = None
+    for trial in trials:
+        started, ended = trial.timestamps.started_at, trial.timestamps.ended_at
+        if started is not None and (first is None or started < first):
+            first = started
+        if ended is not None and (last is None or ended > last):
+            last = ended
+    return first, last

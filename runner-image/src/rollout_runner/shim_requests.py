@@ -1,0 +1,120 @@
+"""The runner's side of the shim's file protocol: what the shim reports when ready, and the
+request directories through which the runner asks it to run a command (see `rollout_runner.shim`
+for the protocol itself)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout_runner import shim
+from rollout_runner.environment import EnvironmentFailure
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class ShimInfo:
+    """What the shim reported when it became ready."""
+
+    version: int
+    pid: int
+    control_dir: str
+    """The control directory as the shim sees it: paths in commands use this."""
+    cwd: str
+    """The container's working directory: where commands run unless given a cwd."""
+    has_setsid: bool
+    user_switch: str
+    """The tool that runs commands as another user (`su`, `runuser`, `setpriv`), or ''."""
+    uid: int | None
+
+    @classmethod
+    def parse(cls, text: str) -> ShimInfo:
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        try:
+            return cls(
+                version=int(fields["version"]),
+                pid=int(fields["pid"]),
+                control_dir=fields["dir"],
+                cwd=fields["cwd"],
+                has_setsid=bool(fields["setsid"]),
+                user_switch=fields["su"],
+                uid=int(fields["uid"]) if fields["uid"].isdigit() else None,
+            )
+        except (KeyError, ValueError) as err:
+            raise EnvironmentFailure(
+                f"the shim's ready file is malformed ({err}): {text!r}"
+            ) from err
+
+
+def encode_env(env: Mapping[str, str]) -> str:
+    """The `env` request file: one `export NAME='value'` line per variable, for sh's `eval`."""
+    lines = []
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"env: {name!r} is not a valid environment variable name")
+        if "\0" in value:
+            # Never quote the value: it may be a secret.
+            raise ValueError(f"env: the value of {name} contains a NUL character")
+        lines.append(f"export {name}={shlex.quote(value)}\n")
+    return "".join(lines)
+
+
+def one_line(what: str, value: str) -> bytes:
+    """`value` as a request file's one line; a value that is not one line is an error."""
+    if not value or "\n" in value or "\0" in value:
+        raise ValueError(f"{what} must be a non-empty single line, got {value!r}")
+    return value.encode() + b"\n"
+
+
+def request_file_exists(path: Path) -> bool:
+    """Whether the shim has written `path` yet."""
+    # One stat per poll, inline: cheaper than handing each one to a thread.
+    return path.exists()
+
+
+def write_request(
+    request: Path, line: str, files: Mapping[str, bytes], secret: Mapping[str, bytes]
+) -> None:
+    """Write request `request` for the shim: its files, its secret files (mode 0600), and last
+    its `go` file, by rename, so that the shim never sees half a request."""
+    request.mkdir(parents=True)
+    for name, data in files.items():
+        (request / name).write_bytes(data)
+    for name, data in secret.items():
+        fd = os.open(request / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+    (request / shim.GO_TEMP_FILE).write_text(line + "\n", encoding="utf-8")
+    # The rename is what the shim waits for: the request is complete once `go` exists.
+    os.rename(request / shim.GO_TEMP_FILE, request / shim.GO_FILE)
+
+
+def cancel_unstarted(request: Path) -> bool:
+    """Take `go` back before the shim claims it; True when the request will never start."""
+    try:
+        os.rename(request / shim.GO_FILE, request / shim.CANCELLED_FILE)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_result(request: Path) -> tuple[int | None, bytes, bytes]:
+    """The shim's answer to `request`: exit code (None while running), stdout, stderr."""
+
+    def read(name: str) -> bytes:
+        try:
+            return (request / name).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    rc = read(shim.RC_FILE).strip()
+    try:
+        exit_code = int(rc) if rc else None
+    except ValueError as err:
+        raise EnvironmentFailure(f"request {request.name}: the shim wrote rc {rc!r}") from err
+    return exit_code, read(shim.STDOUT_FILE), read(shim.STDERR_FILE)
