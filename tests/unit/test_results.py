@@ -314,9 +314,10 @@ def test_outcomes_and_results_aggregate_alike() -> None:
     assert aggregate("j", outcomes, metrics=metrics) == aggregate("j", MIXED, metrics=metrics)
     summary = summarize(outcomes, metrics=metrics)
     job = aggregate("j", MIXED, metrics=metrics)
-    assert (summary.total_trials, summary.completed_trials, summary.failed_trials) == (9, 5, 2)
+    figures = summary.job
+    assert (figures.total_trials, figures.completed_trials, figures.failed_trials) == (9, 5, 2)
     assert summary.agents == job.agents
-    assert summary.pass_rate == job.pass_rate
+    assert summary.job.pass_rate == job.pass_rate
     assert summary.metrics == job.metrics
     assert [o.completed for o in outcomes] == [t.completed for t in MIXED]
     assert [o.failed for o in outcomes] == [t.failed for t in MIXED]
@@ -326,8 +327,9 @@ def test_pending_outcomes_count_only_in_totals() -> None:
     pending = TrialOutcome(task_name="t", dataset_name="d", agent_name="a", attempt=2)
     done = TrialOutcome(task_name="t", dataset_name="d", agent_name="a", attempt=1, reward=1.0)
     summary = summarize([done, pending])
-    assert (summary.total_trials, summary.completed_trials, summary.failed_trials) == (2, 1, 0)
-    assert summary.pass_rate == 1.0
+    figures = summary.job
+    assert (figures.total_trials, figures.completed_trials, figures.failed_trials) == (2, 1, 0)
+    assert summary.job.pass_rate == 1.0
     assert summary.agents["a"].total_trials == 2
 
 

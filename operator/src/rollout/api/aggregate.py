@@ -117,14 +117,12 @@ class _Tally:
 
 @dataclass(frozen=True)
 class JobSummary:
-    """A job's figures without the per-trial list: what the RolloutJob status shows."""
+    """A job's figures without the per-trial list: what the RolloutJob status shows.
 
-    total_trials: int
-    completed_trials: int
-    failed_trials: int
-    pass_rate: float | None
-    mean_reward: float | None
-    total_cost: float | None
+    The job's own figures are defined exactly as each agent's, so they are one `AgentSummary`.
+    """
+
+    job: AgentSummary
     agents: dict[str, AgentSummary]
     metrics: list[MetricValue]
 
@@ -152,12 +150,7 @@ def summarize(
             tally = agents[outcome.agent_name] = _Tally()
         tally.add(outcome)
     return JobSummary(
-        total_trials=job.total,
-        completed_trials=job.completed,
-        failed_trials=job.failed,
-        pass_rate=job.pass_rate,
-        mean_reward=job.mean_reward,
-        total_cost=job.total_cost,
+        job=job.agent_summary(),
         agents={name: tally.agent_summary() for name, tally in agents.items()},
         metrics=[MetricValue(type=m, value=compute_metric(m, job.rewards)) for m in metrics],
     )
@@ -189,12 +182,7 @@ def aggregate(
             raise ValueError(f"job {job_name!r} ends ({ended_at}) before it starts ({started_at})")
     return JobResult(
         job_name=job_name,
-        total_trials=summary.total_trials,
-        completed_trials=summary.completed_trials,
-        failed_trials=summary.failed_trials,
-        pass_rate=summary.pass_rate,
-        mean_reward=summary.mean_reward,
-        total_cost=summary.total_cost,
+        **dict(summary.job),
         total_duration_sec=duration,
         started_at=started_at,
         ended_at=ended_at,

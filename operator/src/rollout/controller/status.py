@@ -134,8 +134,8 @@ def job_status(
             JobConditionType.COMPLETE,
             ConditionStatus.TRUE,
             JobConditionReason.ALL_TRIALS_FINISHED,
-            f"All {total} trials finished: {summary.completed_trials} completed, "
-            f"{summary.failed_trials} failed.",
+            f"All {total} trials finished: {summary.job.completed_trials} completed, "
+            f"{summary.job.failed_trials} failed.",
             now=now,
             observed_generation=generation,
         )
@@ -148,12 +148,12 @@ def job_status(
             pending=total - running - finished,
             running=running,
             finished=finished,
-            completed=summary.completed_trials,
-            failed=summary.failed_trials,
+            completed=summary.job.completed_trials,
+            failed=summary.job.failed_trials,
         ),
-        pass_rate=summary.pass_rate,
-        mean_reward=summary.mean_reward,
-        total_cost=summary.total_cost,
+        pass_rate=summary.job.pass_rate,
+        mean_reward=summary.job.mean_reward,
+        total_cost=summary.job.total_cost,
         metrics=summary.metrics,
         agents=summary.agents,
         conditions=conditions,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -237,6 +237,20 @@ class ResourceInfo:
     @property
     def crd_name(self) -> str:
         return f"{self.plural}.{self.group}"
+
+
+class CustomResource(ApiModel):
+    """What every kind of ours has besides its spec and status; each kind narrows `kind`."""
+
+    api_version: Literal["rollout.dev/v1alpha1"] = Field(
+        "rollout.dev/v1alpha1", description="rollout.dev/v1alpha1."
+    )
+    kind: str = Field(description="The kind.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
+
+    def manifest(self) -> dict[str, Any]:
+        """The object as the Kubernetes API takes it: camelCase, nulls left out."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 AGE_COLUMN = PrinterColumn(

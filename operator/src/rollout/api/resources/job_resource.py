@@ -27,7 +27,7 @@ list of trials.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AwareDatetime, Field, field_validator
 
@@ -40,7 +40,7 @@ from rollout.api.problems import FieldErrors
 from rollout.api.resources.common import (
     AGE_COLUMN,
     AgentSpec,
-    ObjectMeta,
+    CustomResource,
     PodOverrides,
     PrinterColumn,
     ResourceInfo,
@@ -182,7 +182,7 @@ class RolloutJobStatus(ApiModel):
     )
 
 
-class RolloutJob(ApiModel):
+class RolloutJob(CustomResource):
     """A job of agent evaluations: trials of every agent on every task of every dataset."""
 
     resource: ClassVar[ResourceInfo] = ResourceInfo(
@@ -206,11 +206,7 @@ class RolloutJob(ApiModel):
         ),
     )
 
-    api_version: Literal["rollout.dev/v1alpha1"] = Field(
-        "rollout.dev/v1alpha1", description="rollout.dev/v1alpha1."
-    )
     kind: Literal["RolloutJob"] = Field("RolloutJob", description="RolloutJob.")
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
     spec: RolloutJobSpec = Field(description="What to run.")
     status: RolloutJobStatus | None = Field(None, description="How far it got.")
 
@@ -221,7 +217,3 @@ class RolloutJob(ApiModel):
         if not name:
             raise ValueError("a RolloutJob needs metadata.name or spec.jobName")
         return name
-
-    def manifest(self) -> dict[str, Any]:
-        """The object as the Kubernetes API takes it: camelCase, nulls left out."""
-        return self.model_dump(mode="json", exclude_none=True)

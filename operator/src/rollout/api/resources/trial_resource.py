@@ -17,7 +17,7 @@ result.json in camelCase (`agentExecutionSec`, `verifierStartedAt`).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -28,7 +28,7 @@ from rollout.api.quantity import QUANTITY_PATTERN
 from rollout.api.resources.common import (
     AGE_COLUMN,
     AgentSpec,
-    ObjectMeta,
+    CustomResource,
     PodOverrides,
     PrinterColumn,
     ResourceInfo,
@@ -146,7 +146,7 @@ class RolloutTrialStatus(ApiModel):
     )
 
 
-class RolloutTrial(ApiModel):
+class RolloutTrial(CustomResource):
     """One trial: an agent's attempt at a task, run in its own Pod."""
 
     resource: ClassVar[ResourceInfo] = ResourceInfo(
@@ -167,14 +167,6 @@ class RolloutTrial(ApiModel):
         ),
     )
 
-    api_version: Literal["rollout.dev/v1alpha1"] = Field(
-        "rollout.dev/v1alpha1", description="rollout.dev/v1alpha1."
-    )
     kind: Literal["RolloutTrial"] = Field("RolloutTrial", description="RolloutTrial.")
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
     spec: RolloutTrialSpec = Field(description="What to run.")
     status: RolloutTrialStatus | None = Field(None, description="What happened.")
-
-    def manifest(self) -> dict[str, Any]:
-        """The object as the Kubernetes API takes it: camelCase, nulls left out."""
-        return self.model_dump(mode="json", exclude_none=True)
