@@ -52,7 +52,7 @@ from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, EmulatedKube, Identity, Kube, kub
 from rollout.api.bundle import build_manifest, canonical_json, manifest_digest  # noqa: E402
 from rollout.api.dataset import load_local_dataset  # noqa: E402
 from rollout.api.layout import dataset_manifest_key  # noqa: E402
-from rollout.storage import ObjectStore, StorageSettings  # noqa: E402
+from rollout.storage import ObjectStore, StorageCredentials, StorageLocation  # noqa: E402
 from s3server import S3Server  # noqa: E402
 
 ACCESS_KEY, SECRET_KEY = "AKIABENCHMARK0000001", "benchmark-secret"
@@ -138,7 +138,7 @@ def job(name: str, dataset: dict[str, str], attempts: int, concurrency: int) -> 
 
 @contextlib.asynccontextmanager
 async def operator_process(
-    kube: Kube, storage: StorageSettings, workdir: Path
+    kube: Kube, storage: StorageLocation, workdir: Path
 ) -> AsyncIterator[int]:
     env = {
         **os.environ,
@@ -149,7 +149,7 @@ async def operator_process(
         "ROLLOUT_RUNNER_IMAGE": "rollout-runner:bench",
         "ROLLOUT_PEERING": "",
         "ROLLOUT_STORAGE_BUCKET": storage.bucket,
-        "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint_url or "",
+        "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint or "",
         "ROLLOUT_STORAGE_PATH_STYLE": "true",
         "AWS_ACCESS_KEY_ID": ACCESS_KEY,
         "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
@@ -282,14 +282,11 @@ async def main() -> None:
         server = S3Server(log_dir=workdir)
         server.start()
         try:
-            storage = StorageSettings(
-                bucket="bench",
-                endpoint_url=server.endpoint_url,
-                path_style=True,
-                access_key_id=SecretStr(ACCESS_KEY),
-                secret_access_key=SecretStr(SECRET_KEY),
+            storage = StorageLocation(bucket="bench", endpoint=server.endpoint_url, path_style=True)
+            credentials = StorageCredentials(
+                access_key_id=SecretStr(ACCESS_KEY), secret_access_key=SecretStr(SECRET_KEY)
             )
-            store = ObjectStore(storage)
+            store = ObjectStore(storage, credentials)
             store.ensure_bucket()
             dataset = await asyncio.to_thread(publish_dataset, store, workdir / "bench-set", 100)
             async with (

@@ -29,10 +29,11 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from pydantic import SecretStr  # noqa: E402
 from runner_kit import fast_store, make_spec, options_for, publish_task  # noqa: E402
+from s3_kit import S3Settings  # noqa: E402
 
 from fakecontainer import fake_container, unavailable_reason  # noqa: E402
-from rollout.api.resources import RolloutTrialSpec  # noqa: E402
-from rollout.storage import ObjectStore, StorageSettings  # noqa: E402
+from rollout.api.resources import RolloutTrialSpec, StorageSpec  # noqa: E402
+from rollout.storage import ObjectStore, StorageCredentials  # noqa: E402
 from rollout_runner.shim_environment import ShimEnvironment  # noqa: E402
 from rollout_runner.spec import AgentEnv  # noqa: E402
 from rollout_runner.trial import run_trial  # noqa: E402
@@ -72,12 +73,15 @@ async def main(trials: int) -> None:
     if reason:
         raise SystemExit(f"cannot run the benchmark here: {reason}")
     with tempfile.TemporaryDirectory(prefix="runner-overhead-") as tmp, S3Server() as server:
-        settings = StorageSettings(
-            bucket=f"bench-{uuid.uuid4().hex[:8]}",
-            endpoint_url=server.endpoint_url,
-            path_style=True,
-            access_key_id=SecretStr("bench"),
-            secret_access_key=SecretStr("bench-secret"),
+        settings = S3Settings(
+            StorageSpec(
+                bucket=f"bench-{uuid.uuid4().hex[:8]}",
+                endpoint=server.endpoint_url,
+                path_style=True,
+            ),
+            StorageCredentials(
+                access_key_id=SecretStr("bench"), secret_access_key=SecretStr("bench-secret")
+            ),
         )
         store = fast_store(settings)
         store.ensure_bucket()

@@ -38,7 +38,7 @@ from paths import REPO
 from rollout.api.bundle import build_manifest, canonical_json, manifest_digest, task_archive
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key, job_result_key, task_archive_key, trial_prefix
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore, storage_from_env
 
 pytestmark = pytest.mark.e2e
 
@@ -114,7 +114,7 @@ def publish_task(tmp_path: Path, store: ObjectStore) -> dict[str, str]:
         toml = task / "task.toml"
         toml.write_text(toml.read_text().replace('"debian:bookworm-slim"', json.dumps(image)))
     manifest = build_manifest(load_local_dataset(root))
-    prefix = store.settings.prefix
+    prefix = store.location.prefix
     for entry in manifest.tasks:
         store.put_bytes(task_archive_key(prefix, entry.content_hash), task_archive(task))
     digest = manifest_digest(manifest)
@@ -153,8 +153,8 @@ def delete_job_while_the_operator_runs(
 def test_the_operator_runs_an_oracle_job_on_a_real_cluster(
     api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    settings = StorageSettings.from_env()
-    store = ObjectStore(settings)
+    settings, credentials = storage_from_env()
+    store = ObjectStore(settings, credentials)
     dataset = publish_task(tmp_path, store)
     core: Any = kubernetes.client.CoreV1Api(api)
     custom: Any = kubernetes.client.CustomObjectsApi(api)
@@ -164,16 +164,16 @@ def test_the_operator_runs_an_oracle_job_on_a_real_cluster(
         "region": settings.region,
         "pathStyle": settings.path_style,
     }
-    if endpoint := os.environ.get("ROLLOUT_STORAGE_CLUSTER_ENDPOINT") or settings.endpoint_url:
+    if endpoint := os.environ.get("ROLLOUT_STORAGE_CLUSTER_ENDPOINT") or settings.endpoint:
         storage["endpoint"] = endpoint
-    if settings.access_key_id and settings.secret_access_key:
+    if credentials is not None:
         core.create_namespaced_secret(
             namespace,
             {
                 "metadata": {"name": SECRET},
                 "stringData": {
-                    "AWS_ACCESS_KEY_ID": settings.access_key_id.get_secret_value(),
-                    "AWS_SECRET_ACCESS_KEY": settings.secret_access_key.get_secret_value(),
+                    "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
+                    "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
                 },
             },
         )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from s3_kit import S3Settings
 
 from kube import ROLLOUT_JOBS, Kube
 from rollout.api.aggregate import aggregate
@@ -35,7 +36,7 @@ from rollout.api.layout import (
 from rollout.api.metrics import MetricType
 from rollout.api.results import TrialResult, TrialTimestamps
 from rollout.cli.main import main
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 SECRET_VALUE = "sk-test-9b1f0c7d-never-in-a-resource"
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
@@ -151,21 +152,19 @@ class Cli:
     """`rollout ...` against the loopback API server and S3, with a clean environment."""
 
     kubeconfig: Path
-    storage: StorageSettings
+    storage: S3Settings
     home: Path
     environ: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         config = self.home / "rollout-config.yaml"
         config.write_text("")
-        assert self.storage.access_key_id is not None
-        assert self.storage.secret_access_key is not None
         self.environ = {
             "HOME": str(self.home),
             "ROLLOUT_CONFIG": str(config),
             "ROLLOUT_CACHE_DIR": str(self.home / "cache"),
-            "AWS_ACCESS_KEY_ID": self.storage.access_key_id.get_secret_value(),
-            "AWS_SECRET_ACCESS_KEY": self.storage.secret_access_key.get_secret_value(),
+            "AWS_ACCESS_KEY_ID": self.storage.credentials.access_key_id.get_secret_value(),
+            "AWS_SECRET_ACCESS_KEY": self.storage.credentials.secret_access_key.get_secret_value(),
             "MY_API_KEY": SECRET_VALUE,
             **self.environ,
         }
@@ -174,10 +173,10 @@ class Cli:
         return ["--kubeconfig", str(self.kubeconfig)]
 
     def storage_args(self) -> list[str]:
-        assert self.storage.endpoint_url is not None
+        assert self.storage.location.endpoint is not None
         return [
-            "--storage-bucket", self.storage.bucket,
-            "--storage-endpoint", self.storage.endpoint_url,
+            "--storage-bucket", self.storage.location.bucket,
+            "--storage-endpoint", self.storage.location.endpoint,
             "--storage-path-style",
         ]  # fmt: skip
 
@@ -251,7 +250,7 @@ def write_results(
     """Every trial's files plus the job's config.json and result.json, as the operator and its
     runners leave them; returns {key: content}."""
     written: dict[str, bytes] = {}
-    prefix = store.settings.prefix
+    prefix = store.location.prefix
     trials = []
     for (agent, dataset, task), reward in rewards.items():
         base = trial_prefix(prefix, job_name, agent, dataset, task, 1)
@@ -327,32 +326,30 @@ def local_tree(root: Path) -> dict[str, bytes]:
 
 
 def job_tree(store: ObjectStore, job_name: str) -> dict[str, bytes]:
-    return storage_tree(store, job_prefix(store.settings.prefix, job_name))
+    return storage_tree(store, job_prefix(store.location.prefix, job_name))
 
 
-def s3_client(settings: StorageSettings) -> Any:
+def s3_client(settings: S3Settings) -> Any:
     """A plain boto3 client on the test bucket's endpoint, for what ObjectStore does not do
     (bucket versioning, listing object versions)."""
     import boto3
 
-    assert settings.access_key_id is not None
-    assert settings.secret_access_key is not None
     return boto3.client(
         "s3",
-        endpoint_url=settings.endpoint_url,
-        region_name=settings.region,
-        aws_access_key_id=settings.access_key_id.get_secret_value(),
-        aws_secret_access_key=settings.secret_access_key.get_secret_value(),
+        endpoint_url=settings.location.endpoint,
+        region_name=settings.location.signing_region,
+        aws_access_key_id=settings.credentials.access_key_id.get_secret_value(),
+        aws_secret_access_key=settings.credentials.secret_access_key.get_secret_value(),
     )
 
 
-def versions_by_key(settings: StorageSettings, prefix: str = "") -> dict[str, int]:
+def versions_by_key(settings: S3Settings, prefix: str = "") -> dict[str, int]:
     """How many versions each key under `prefix` has in the (versioned) bucket: a key written
     twice has two, whatever its content."""
     client = s3_client(settings)
     counts: dict[str, int] = {}
     for page in client.get_paginator("list_object_versions").paginate(
-        Bucket=settings.bucket, Prefix=prefix
+        Bucket=settings.location.bucket, Prefix=prefix
     ):
         for version in page.get("Versions", []):
             counts[version["Key"]] = counts.get(version["Key"], 0) + 1

@@ -10,11 +10,13 @@ from typing import Protocol
 
 import pytest
 from pydantic import SecretStr
+from s3_kit import S3Settings
 
 import kube_real
 from kube import CRDS_DIR, Kube, kube_api
 from kube_real import ControlPlane, RealKube
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.api.resources import StorageSpec
+from rollout.storage import StorageCredentials
 from s3server import S3Server
 
 # moto accepts any credentials; these are distinctive so tests can look for leaks of them
@@ -41,37 +43,38 @@ def new_bucket_name() -> str:
 class MakeS3Settings(Protocol):
     def __call__(
         self, endpoint_url: str | None = None, bucket: str | None = None, prefix: str = ""
-    ) -> StorageSettings: ...
+    ) -> S3Settings: ...
 
 
 @pytest.fixture
 def make_s3_settings(s3_server: S3Server) -> MakeS3Settings:
-    """StorageSettings for a bucket (a fresh name unless given; not created) at an endpoint
+    """S3Settings for a bucket (a fresh name unless given; not created) at an endpoint
     (the session's S3 server unless given), with static test credentials."""
 
     def make(
         endpoint_url: str | None = None, bucket: str | None = None, prefix: str = ""
-    ) -> StorageSettings:
-        return StorageSettings(
-            bucket=bucket or new_bucket_name(),
-            prefix=prefix,
-            endpoint_url=endpoint_url or s3_server.endpoint_url,
-            path_style=True,
-            access_key_id=SecretStr(TEST_ACCESS_KEY_ID),
-            secret_access_key=SecretStr(TEST_SECRET_ACCESS_KEY),
-            # Loopback answers at once; short timeouts keep a test of a hung endpoint short too.
-            connect_timeout_seconds=2,
-            read_timeout_seconds=10,
+    ) -> S3Settings:
+        return S3Settings(
+            StorageSpec(
+                bucket=bucket or new_bucket_name(),
+                prefix=prefix,
+                endpoint=endpoint_url or s3_server.endpoint_url,
+                path_style=True,
+            ),
+            StorageCredentials(
+                access_key_id=SecretStr(TEST_ACCESS_KEY_ID),
+                secret_access_key=SecretStr(TEST_SECRET_ACCESS_KEY),
+            ),
         )
 
     return make
 
 
 @pytest.fixture
-def s3_settings(make_s3_settings: MakeS3Settings) -> StorageSettings:
-    """StorageSettings for a fresh, existing, empty bucket on the session's S3 server."""
+def s3_settings(make_s3_settings: MakeS3Settings) -> S3Settings:
+    """S3Settings for a fresh, existing, empty bucket on the session's S3 server."""
     settings = make_s3_settings()
-    ObjectStore(settings).ensure_bucket()
+    settings.store().ensure_bucket()
     return settings
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 import kubernetes.client
 from prometheus_client import CollectorRegistry
+from s3_kit import S3Settings
 
 import rollout.controller.handlers  # noqa: F401 - registers the operator's handlers
 from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Identity, Kube
@@ -25,7 +26,7 @@ from rollout.api.layout import dataset_manifest_key
 from rollout.api.trials import enumerate_trials, trial_resource_name
 from rollout.controller.config import OperatorConfig
 from rollout.controller.metrics import OperatorMetrics
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 GROUP = "rollout.dev"
 VERSION = "v1alpha1"
@@ -66,19 +67,20 @@ def publish(store: ObjectStore, dataset_dir: Path) -> dict[str, str]:
     manifest = build_manifest(load_local_dataset(dataset_dir))
     digest = manifest_digest(manifest)
     store.put_bytes(
-        dataset_manifest_key(store.settings.prefix, digest),
+        dataset_manifest_key(store.location.prefix, digest),
         canonical_json(manifest),
         "application/json",
     )
     return {"name": manifest.name, "digest": digest}
 
 
-def operator_config(storage: StorageSettings | None, **overrides: Any) -> OperatorConfig:
+def operator_config(storage: S3Settings | None, **overrides: Any) -> OperatorConfig:
     """The operator's configuration for tests: standalone, fast status updates and graces."""
     values: dict[str, Any] = {
         "namespaces": ["default"],  # any: kopf's namespaces come from Kube.operator()
         "runner_image": RUNNER_IMAGE,
-        "storage": storage,
+        "storage": storage.location if storage else None,
+        "storage_credentials": storage.credentials if storage else None,
         "peering_name": None,
         "status_interval_sec": 0.2,
         "unschedulable_grace_sec": 0.3,

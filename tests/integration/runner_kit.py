@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from s3_kit import S3Settings
+
 from fakecontainer import FakeContainer, fake_container
 from rollout.api.bundle import task_archive
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.taskdir import task_content_hash
-from rollout.storage import ObjectStore, RetryPolicy, StorageSettings
+from rollout.storage import ObjectStore, RetryPolicy
 from rollout_runner.context import RunnerOptions
 from rollout_runner.environment import Environment
 from rollout_runner.shim_environment import ShimEnvironment
@@ -32,16 +34,16 @@ FAST_RETRY = RetryPolicy(
 KILL_GRACE_SEC = 0.3
 
 
-def fast_store(settings: StorageSettings, retry: RetryPolicy = FAST_RETRY) -> ObjectStore:
+def fast_store(settings: S3Settings, retry: RetryPolicy = FAST_RETRY) -> ObjectStore:
     """An ObjectStore that gives up on a dead endpoint within seconds, not a minute."""
-    return ObjectStore(settings, retry=retry)
+    return settings.store(retry=retry)
 
 
 def publish_task(store: ObjectStore, name: str) -> str:
     """Put tests/data/tasks/<name> into the bucket as the CLI would; its content hash."""
     directory = TASKS / name
     content_hash = task_content_hash(directory)
-    store.put_bytes(task_archive_key(store.settings.prefix, content_hash), task_archive(directory))
+    store.put_bytes(task_archive_key(store.location.prefix, content_hash), task_archive(directory))
     return content_hash
 
 
@@ -77,9 +79,9 @@ def make_spec(
             "buildSec": 600,
         },
         "storage": {
-            "bucket": store.settings.bucket,
-            "prefix": store.settings.prefix,
-            "endpoint": store.settings.endpoint_url,
+            "bucket": store.location.bucket,
+            "prefix": store.location.prefix,
+            "endpoint": store.location.endpoint,
             "pathStyle": True,
         },
         "runnerImage": "rollout-runner:test",
@@ -98,7 +100,7 @@ def trial_objects(store: ObjectStore, spec: RolloutTrialSpec) -> dict[str, bytes
 
 def trial_prefix_of(store: ObjectStore, spec: RolloutTrialSpec) -> str:
     return trial_prefix(
-        store.settings.prefix,
+        store.location.prefix,
         spec.job_name,
         spec.agent.name,
         spec.dataset_name,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_kit import Cli, Workspace, s3_client, versions_by_key
+from s3_kit import S3Settings
 
 from rollout.api.taskdir import task_content_hash
-from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def workspace(tmp_path: Path) -> Workspace:
 
 
 @pytest.fixture
-def cli(tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+def cli(tmp_path: Path, s3_settings: S3Settings) -> Cli:
     (tmp_path / "home").mkdir()
     return Cli(tmp_path / "no-kubeconfig", s3_settings, tmp_path / "home")
 
@@ -32,11 +32,11 @@ def cli(tmp_path: Path, s3_settings: StorageSettings) -> Cli:
 async def test_publish_prints_addresses_and_uploads_each_object_once(
     cli: Cli,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     s3_client(s3_settings).put_bucket_versioning(
-        Bucket=s3_settings.bucket, VersioningConfiguration={"Status": "Enabled"}
+        Bucket=s3_settings.location.bucket, VersioningConfiguration={"Status": "Enabled"}
     )
     registry = f"{workspace.root / 'registry.json'}#beta@1.0"
     args = ["publish", str(workspace.root / "alpha"), registry, *cli.storage_args()]
@@ -44,7 +44,7 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
     assert first.code == 0, first.stderr
     entries = yaml.safe_load(first.stdout)
     assert [e["name"] for e in entries] == ["alpha", "beta"]
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     for entry in entries:  # content-addressed: the digest is the manifest's sha256
         manifest = store.get_bytes(f"datasets/{entry['digest']}.json")
         assert hashlib.sha256(manifest).hexdigest() == entry["digest"]
@@ -54,9 +54,9 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
     assert set(store.list_keys("tasks/")) == {f"tasks/{h}.tar.gz" for h in hashes}
     assert first.stderr.splitlines() == [
         f"dataset alpha (2 tasks): uploaded 2 task archives and the manifest "
-        f"s3://{s3_settings.bucket}/datasets/{entries[0]['digest']}.json",
+        f"s3://{s3_settings.location.bucket}/datasets/{entries[0]['digest']}.json",
         f"dataset beta (2 tasks): uploaded 1 task archive and the manifest "
-        f"s3://{s3_settings.bucket}/datasets/{entries[1]['digest']}.json",
+        f"s3://{s3_settings.location.bucket}/datasets/{entries[1]['digest']}.json",
     ]
 
     again = await cli.run(capsys, *args)
@@ -70,7 +70,7 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
 async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(
     cli: Cli,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     missing = workspace.root / "missing"
@@ -83,13 +83,13 @@ async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(
         f"error: {registry}: a registry file needs the dataset's name: REGISTRY#NAME or "
         "REGISTRY#NAME@VERSION",
     ]
-    assert ObjectStore(s3_settings).list_keys("") == []
+    assert s3_settings.store().list_keys("") == []
 
 
 async def test_a_task_that_cannot_be_archived_stops_the_publish_with_nothing_written(
     cli: Cli,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     link = workspace.root / "alpha" / "hello" / "environment" / "secrets"
@@ -101,13 +101,13 @@ async def test_a_task_that_cannot_be_archived_stops_the_publish_with_nothing_wri
     assert outcome.stderr == (
         f"error: {link}: symbolic link to '../../../../../etc' points outside the task\n"
     )
-    assert ObjectStore(s3_settings).list_keys("") == []
+    assert s3_settings.store().list_keys("") == []
 
 
 async def test_render_publish_uploads_the_bundles_the_manifest_names(
     cli: Cli,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     job = workspace.job_file()
@@ -115,9 +115,9 @@ async def test_render_publish_uploads_the_bundles_the_manifest_names(
     assert outcome.code == 0, outcome.stderr
     (rollout_job,) = yaml.safe_load_all(outcome.stdout)
     digests = [d["digest"] for d in rollout_job["spec"]["datasets"]]
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     assert sorted(store.list_keys("datasets/")) == sorted(f"datasets/{d}.json" for d in digests)
-    assert rollout_job["spec"]["storage"]["bucket"] == s3_settings.bucket
+    assert rollout_job["spec"]["storage"]["bucket"] == s3_settings.location.bucket
     assert "uploaded 2 task archives and the manifest" in outcome.stderr
 
 

@@ -18,11 +18,11 @@ from cli_kit import (
     rollout_job,
     write_results,
 )
+from s3_kit import S3Settings
 
 from kube import ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, Kube
 from rollout.api.translate import resource_name
 from rollout.api.trials import trial_resource_name
-from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
 
@@ -32,29 +32,29 @@ REWARDS = rewards_of(TRIALS)
 
 
 @pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
     (tmp_path / "home").mkdir()
     return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
 
 @pytest.fixture
-async def finished(kube: Kube, s3_settings: StorageSettings) -> dict[str, bytes]:
+async def finished(kube: Kube, s3_settings: S3Settings) -> dict[str, bytes]:
     """A finished job `My Eval` whose spec.storage names the test bucket, with its results."""
     storage = {
-        "bucket": s3_settings.bucket,
+        "bucket": s3_settings.location.bucket,
         "endpoint": "http://minio.rollout-system:9000",  # what Pods use; the CLI cannot
         "pathStyle": True,
     }
     body = rollout_job(NAME, job_name=EVAL, storage=storage)
     body["status"] = job_status("Completed", REWARDS)
     await create_job(kube, body)
-    return await asyncio.to_thread(write_results, ObjectStore(s3_settings), EVAL, REWARDS)
+    return await asyncio.to_thread(write_results, s3_settings.store(), EVAL, REWARDS)
 
 
 def endpoint_only(cli: Cli) -> list[str]:
     """How the CLI reaches storage, without saying which bucket: the job's spec says that."""
-    assert cli.storage.endpoint_url is not None
-    return ["--storage-endpoint", cli.storage.endpoint_url, "--storage-path-style"]
+    assert cli.storage.location.endpoint is not None
+    return ["--storage-endpoint", cli.storage.location.endpoint, "--storage-path-style"]
 
 
 # --- download ---------------------------------------------------------------------------------
@@ -64,7 +64,7 @@ async def test_download_copies_the_jobs_results_from_the_bucket_its_spec_names(
     kube: Kube,
     cli: Cli,
     finished: dict[str, bytes],
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -72,7 +72,7 @@ async def test_download_copies_the_jobs_results_from_the_bucket_its_spec_names(
     outcome = await cli.run(capsys, *args, *endpoint_only(cli))
     assert outcome.code == 0, outcome.stderr
     local = local_tree(tmp_path / "out" / EVAL)
-    assert local == job_tree(ObjectStore(s3_settings), EVAL)
+    assert local == job_tree(s3_settings.store(), EVAL)
     assert len(local) == len(finished)
     lines = outcome.stdout.splitlines()
     assert lines[0] == f"downloaded {len(finished)} files to {tmp_path / 'out' / EVAL}"
@@ -84,7 +84,7 @@ async def test_download_of_a_deleted_job_by_its_name_reads_storage_only(
     kube: Kube,
     cli: Cli,
     finished: dict[str, bytes],
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -93,12 +93,13 @@ async def test_download_of_a_deleted_job_by_its_name_reads_storage_only(
     monkeypatch.chdir(tmp_path)
     outcome = await cli.run(capsys, "download", EVAL, *cli.cluster_args(), *cli.storage_args())
     assert outcome.code == 0, outcome.stderr
-    assert local_tree(tmp_path / "jobs" / EVAL) == job_tree(ObjectStore(s3_settings), EVAL)
+    assert local_tree(tmp_path / "jobs" / EVAL) == job_tree(s3_settings.store(), EVAL)
 
     nothing = await cli.run(capsys, "download", "nope", *cli.cluster_args(), *cli.storage_args())
     assert nothing.code == 1
+    bucket = s3_settings.location.bucket
     assert nothing.stderr == (
-        f"error: no results of job nope in storage at s3://{s3_settings.bucket}/jobs/nope/ "
+        f"error: no results of job nope in storage at s3://{bucket}/jobs/nope/ "
         "(and no RolloutJob nope was found)\n"
     )
     assert not (tmp_path / "jobs" / "nope").exists()
@@ -107,7 +108,7 @@ async def test_download_of_a_deleted_job_by_its_name_reads_storage_only(
 async def test_download_and_logs_without_any_cluster_read_storage_only(
     cli: Cli,
     finished: dict[str, bytes],
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -119,7 +120,7 @@ async def test_download_and_logs_without_any_cluster_read_storage_only(
         f"note: no kubeconfig at {tmp_path / 'no-kubeconfig'}: pass --kubeconfig or set "
         "KUBECONFIG to the cluster's kubeconfig; reading object storage only\n"
     )
-    assert local_tree(out / EVAL) == job_tree(ObjectStore(s3_settings), EVAL)
+    assert local_tree(out / EVAL) == job_tree(s3_settings.store(), EVAL)
     logs = await cli.run(
         capsys, "logs", EVAL, "oracle/alpha/hello__1", "--phase", "install", *nowhere
     )
@@ -209,7 +210,7 @@ async def test_logs_of_what_is_not_there(
     kube: Kube,
     cli: Cli,
     finished: dict[str, bytes],
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
     trial: str,
     phase: str | None,
@@ -218,7 +219,9 @@ async def test_logs_of_what_is_not_there(
     args = ["logs", EVAL, trial, *cli.cluster_args(), *endpoint_only(cli)]
     outcome = await cli.run(capsys, *args, *(["--phase", phase] if phase else []))
     assert outcome.code == 1
-    expected = error.format(bucket=s3_settings.bucket, url=kube.url, namespace=kube.namespace)
+    expected = error.format(
+        bucket=s3_settings.location.bucket, url=kube.url, namespace=kube.namespace
+    )
     assert outcome.stderr == expected
     assert outcome.stdout == ""
 
@@ -230,7 +233,7 @@ async def test_cancel_deletes_the_job_and_says_what_storage_keeps(
     kube: Kube,
     cli: Cli,
     finished: dict[str, bytes],
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     kube.needs_garbage_collector()  # owner references cascade
@@ -239,7 +242,7 @@ async def test_cancel_deletes_the_job_and_says_what_storage_keeps(
              "uid": job["metadata"]["uid"]}  # fmt: skip
     secret = {"metadata": {"name": f"{NAME}-agent-env", "ownerReferences": [owner]}, "data": {}}
     await kube.create(SECRETS, secret)
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     store.put_bytes("datasets/" + "a" * 64 + ".json", b"{}")
 
     outcome = await cli.run(capsys, "cancel", EVAL, *cli.cluster_args(), *endpoint_only(cli))
@@ -250,7 +253,7 @@ async def test_cancel_deletes_the_job_and_says_what_storage_keeps(
     assert await kube.find(ROLLOUT_JOBS, NAME) is None
     # The garbage collector deletes what the job owned.
     await kube.wait_for(lambda: kube.gone(SECRETS, f"{NAME}-agent-env"), what="Secret deleted")
-    where = f"s3://{s3_settings.bucket}/jobs/{EVAL}/"
+    where = f"s3://{s3_settings.location.bucket}/jobs/{EVAL}/"
     assert outcome.stdout.splitlines() == [
         f"deleted RolloutJob {NAME} in namespace {kube.namespace}: its RolloutTrials, their Pods "
         "and its agent env Secret are deleted with it",
@@ -268,10 +271,10 @@ async def test_cancel_with_delete_results_empties_the_jobs_prefix_only(
     kube: Kube,
     cli: Cli,
     finished: dict[str, bytes],
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     bundle = "datasets/" + "a" * 64 + ".json"
     store.put_bytes(bundle, b"{}")
     store.put_bytes(f"jobs/{EVAL} 2/result.json", b"{}")  # another job, sharing a name prefix

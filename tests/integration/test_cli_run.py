@@ -32,13 +32,14 @@ from cli_kit import (
     wait_for_watch,
     write_results,
 )
+from s3_kit import S3Settings
 
 from kube import ROLLOUT_JOBS, SECRETS, Kube
 from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.taskdir import task_content_hash
 from rollout.cli.kube import WATCH_TIMEOUT_SEC
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +54,14 @@ def workspace(tmp_path: Path) -> Workspace:
 
 
 @pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
     (tmp_path / "home").mkdir()
     return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
 
 @pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
-    return ObjectStore(s3_settings)
+def store(s3_settings: S3Settings) -> ObjectStore:
+    return s3_settings.store()
 
 
 def run_args(cli: Cli, job_file: Path, *extra: str) -> list[str]:
@@ -72,12 +73,12 @@ async def test_run_applies_publishes_follows_and_downloads(
     cli: Cli,
     workspace: Workspace,
     store: ObjectStore,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     s3_client(s3_settings).put_bucket_versioning(
-        Bucket=s3_settings.bucket, VersioningConfiguration={"Status": "Enabled"}
+        Bucket=s3_settings.location.bucket, VersioningConfiguration={"Status": "Enabled"}
     )
     monkeypatch.chdir(workspace.root)  # jobs_dir "jobs" is relative to the working directory
     workspace.job_file()
@@ -126,9 +127,9 @@ async def test_run_applies_publishes_follows_and_downloads(
         },
     ]
     assert spec["storage"] == {
-        "bucket": s3_settings.bucket,
+        "bucket": s3_settings.location.bucket,
         "prefix": "",
-        "endpoint": s3_settings.endpoint_url,
+        "endpoint": s3_settings.location.endpoint,
         "pathStyle": True,
     }
     assert "runnerImage" not in spec

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from cli_kit import Cli, Workspace, rollout_job
+from s3_kit import S3Settings
 
 from kube import ROLLOUT_JOBS, Kube, kube_api
 from rollout.cli.run import QUICKSTART_HINT
-from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +154,7 @@ def workspace(tmp_path: Path) -> Workspace:
 
 
 @pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
     (tmp_path / "home").mkdir()
     return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
@@ -165,7 +165,7 @@ async def test_bad_input_is_named_and_creates_nothing(
     kube: Kube,
     cli: Cli,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -187,14 +187,14 @@ async def test_bad_input_is_named_and_creates_nothing(
         assert case.contains in outcome.stderr
     assert outcome.stdout == ""
     assert kube.writes() == []
-    assert ObjectStore(s3_settings).list_keys("") == []
+    assert s3_settings.store().list_keys("") == []
 
 
 async def test_an_existing_rolloutjob_of_that_name_is_not_touched(
     kube: Kube,
     cli: Cli,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     existing = rollout_job("two-by-two")
@@ -209,24 +209,24 @@ async def test_an_existing_rolloutjob_of_that_name_is_not_touched(
         f"{workspace.root / 'two-by-two.yaml'}\n"
     )
     assert kube.writes() == []
-    assert ObjectStore(s3_settings).list_keys("") == []
+    assert s3_settings.store().list_keys("") == []
 
 
 async def test_results_already_in_storage_under_that_name_are_not_mixed_in(
     kube: Kube,
     cli: Cli,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     store.put_bytes("jobs/two-by-two/result.json", b"{}")
     args = ["run", str(workspace.job_file()), *cli.cluster_args(), *cli.storage_args()]
     outcome = await cli.run(capsys, *args)
     assert outcome.code == 1
     assert outcome.stderr.startswith(
         f"error: {workspace.root / 'two-by-two.yaml'}: name: storage already holds results of a "
-        f"job named 'two-by-two' (s3://{s3_settings.bucket}/jobs/two-by-two/)"
+        f"job named 'two-by-two' (s3://{s3_settings.location.bucket}/jobs/two-by-two/)"
     )
     assert kube.writes() == []
     assert store.list_keys("") == ["jobs/two-by-two/result.json"]
@@ -235,7 +235,7 @@ async def test_results_already_in_storage_under_that_name_are_not_mixed_in(
 async def test_a_cluster_without_the_operator_says_to_install_it(
     tmp_path: Path,
     workspace: Workspace,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     (tmp_path / "home").mkdir()
@@ -246,7 +246,7 @@ async def test_a_cluster_without_the_operator_says_to_install_it(
         assert bare.writes() == []
     assert outcome.code == 1
     assert "the RolloutJob resource (rolloutjobs.rollout.dev) is not installed" in outcome.stderr
-    assert ObjectStore(s3_settings).list_keys("") == []
+    assert s3_settings.store().list_keys("") == []
 
 
 async def test_no_bucket_anywhere_names_every_way_to_give_one(

@@ -15,10 +15,10 @@ from cli_kit import (
     rollout_job,
     wait_for_watch,
 )
+from s3_kit import S3Settings
 
 from kube import ROLLOUT_JOBS, Kube
 from rollout.api.translate import resource_name
-from rollout.storage import StorageSettings
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ EVAL_RESOURCE = resource_name(EVAL)
 
 
 @pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
     (tmp_path / "home").mkdir()
     return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 

@@ -29,20 +29,21 @@ from operator_kit import (
     play_kubelet,
     publish,
 )
+from s3_kit import S3Settings
 
 from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
 from rollout.api.layout import job_config_key, job_result_key
 from rollout.api.results import JobResult
 from rollout.api.trials import enumerate_trials, trial_resource_name
 from rollout.controller.settings import WATCH_SERVER_TIMEOUT_SEC
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
-    return ObjectStore(s3_settings)
+def store(s3_settings: S3Settings) -> ObjectStore:
+    return s3_settings.store()
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def dataset(tmp_path: Path, store: ObjectStore) -> dict[str, Any]:
 
 
 async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports(
-    kube: Kube, store: ObjectStore, dataset: dict[str, Any], s3_settings: StorageSettings
+    kube: Kube, store: ObjectStore, dataset: dict[str, Any], s3_settings: S3Settings
 ) -> None:
     config = operator_config(s3_settings)
     job = job_manifest(
@@ -126,7 +127,7 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
 
 
 async def test_api_writes_per_trial_stay_small_and_job_status_patches_are_batched(
-    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+    kube: Kube, dataset: dict[str, Any], s3_settings: S3Settings
 ) -> None:
     config = operator_config(s3_settings, status_interval_sec=1.0)
     job = job_manifest("lean", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=12)
@@ -160,7 +161,7 @@ async def test_api_writes_per_trial_stay_small_and_job_status_patches_are_batche
 
 
 async def test_trial_pods_are_watched_by_label_selector_only(
-    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+    kube: Kube, dataset: dict[str, Any], s3_settings: S3Settings
 ) -> None:
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
@@ -173,7 +174,7 @@ async def test_trial_pods_are_watched_by_label_selector_only(
 
 
 async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
-    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+    kube: Kube, dataset: dict[str, Any], s3_settings: S3Settings
 ) -> None:
     config = operator_config(s3_settings)
     bad = job_manifest("bad", [dataset], agents=[{"name": "claude"}])  # no execute script
@@ -215,7 +216,7 @@ async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
 
 
 async def test_the_operator_runs_a_job_with_the_settings_it_ships_with(
-    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     """No test speed-ups: kopf's defaults, then the operator's own (`configure_settings`), with
     the watch timeout it sends to the API server (once `270.0`, which a real one refuses)."""
@@ -231,7 +232,7 @@ async def test_the_operator_runs_a_job_with_the_settings_it_ships_with(
 
 
 async def test_a_docker_job_runs_its_trials_as_pods_like_kubernetes(
-    kube: Kube, dataset: dict[str, Any], s3_settings: StorageSettings
+    kube: Kube, dataset: dict[str, Any], s3_settings: S3Settings
 ) -> None:
     """`docker` means the task's containers; on a cluster they are the trial's Pod (DESIGN.md,
     "Environment types"), whether the CLI or a GitOps repository submitted the job."""

@@ -17,13 +17,13 @@ from operator_kit import (
     publish,
     runner_message,
 )
+from s3_kit import S3Settings
 
 from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
 from rollout.api.layout import job_result_key
 from rollout.api.resources import FINALIZER
 from rollout.api.results import JobResult
 from rollout.api.trials import trial_resource_name
-from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
 
@@ -44,9 +44,9 @@ async def finish(kube: Kube, pod: str, reward: float) -> None:
 
 
 async def test_the_job_status_follows_its_trials_while_it_runs(
-    kube: Kube, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
+    dataset = publish(s3_settings.store(), make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("steady", [dataset], n_concurrent=1))
@@ -74,13 +74,13 @@ async def test_the_job_status_follows_its_trials_while_it_runs(
 
 
 async def test_a_job_with_its_own_storage_reads_and_writes_there(
-    kube: Kube, make_s3_settings: Any, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, make_s3_settings: Any, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     own = make_s3_settings(prefix="team/a")
-    own_store = ObjectStore(own)
+    own_store = own.store()
     own_store.ensure_bucket()
     dataset = publish(own_store, make_dataset(tmp_path / "set", ["a"]))
-    storage = {"bucket": own.bucket, "prefix": "team/a", "endpoint": own.endpoint_url,
+    storage = {"bucket": own.location.bucket, "prefix": "team/a", "endpoint": own.location.endpoint,
                "pathStyle": True, "credentialsSecret": "team-a-s3"}  # fmt: skip
     config = operator_config(s3_settings)  # the operator's default bucket is another one
     async with kube.operator(memo=operator_memo(kube, config)):
@@ -91,16 +91,16 @@ async def test_a_job_with_its_own_storage_reads_and_writes_there(
     assert made["spec"]["storage"] == storage
     key = job_result_key("team/a", "own")
     assert key == "team/a/jobs/own/result.json"
-    assert done["status"]["resultUri"] == f"s3://{own.bucket}/{key}"
+    assert done["status"]["resultUri"] == f"s3://{own.location.bucket}/{key}"
     assert JobResult.from_json(own_store.get_bytes(key)).pass_rate == 1.0
-    assert ObjectStore(s3_settings).list_keys("") == []  # nothing in the default bucket
+    assert s3_settings.store().list_keys("") == []  # nothing in the default bucket
 
 
 async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
-    kube: Kube, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     kube.needs_garbage_collector()  # owner references cascade
-    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
+    dataset = publish(s3_settings.store(), make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("doomed", [dataset]))
@@ -121,10 +121,10 @@ async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
 
 
 async def test_a_finished_job_is_deleted_after_its_ttl(
-    kube: Kube, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     kube.needs_garbage_collector()  # owner references cascade
-    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a"]))
+    dataset = publish(s3_settings.store(), make_dataset(tmp_path / "set", ["a"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
         job = job_manifest("brief", [dataset], ttlSecondsAfterFinished=1)
@@ -135,7 +135,7 @@ async def test_a_finished_job_is_deleted_after_its_ttl(
         await kube.wait_for(lambda: _none_left(kube, "brief"), timeout=10, what="TTL deletion")
     deletes = [c for c in kube.calls() if c.method == "DELETE" and c.resource == ROLLOUT_JOBS]
     assert [c.name for c in deletes] == ["brief"]
-    assert ObjectStore(s3_settings).exists(job_result_key("", "brief"))  # results stay
+    assert s3_settings.store().exists(job_result_key("", "brief"))  # results stay
 
 
 async def _none_left(kube: Kube, job: str) -> bool:
@@ -148,14 +148,14 @@ async def _none_left(kube: Kube, job: str) -> bool:
 
 async def test_a_job_deleted_with_no_operator_waits_until_rollout_release_frees_it(
     kube: Kube,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The operator's finalizer outlives the operator: a job deleted while none runs stays,
     deleting (and its namespace with it), until `rollout release` removes the finalizer."""
     kube.needs_garbage_collector()  # owner references cascade
-    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
+    dataset = publish(s3_settings.store(), make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("orphan", [dataset]))

@@ -17,17 +17,18 @@ from operator_kit import (
     publish,
     runner_message,
 )
+from s3_kit import S3Settings
 
 from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, waiting
 from rollout.api.trials import child_name, trial_resource_name
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
-    return ObjectStore(s3_settings)
+def store(s3_settings: S3Settings) -> ObjectStore:
+    return s3_settings.store()
 
 
 def trial_name(job: str, task: str = "only", attempt: int = 1) -> str:
@@ -94,7 +95,7 @@ async def start_job(kube: Kube, store: ObjectStore, tmp_path: Path, job: str, **
 async def test_pod_failures_become_the_trials_error(
     kube: Kube,
     store: ObjectStore,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     tmp_path: Path,
     containers: dict[str, Any] | None,
     extra: dict[str, Any],
@@ -119,7 +120,7 @@ async def test_pod_failures_become_the_trials_error(
 
 
 async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_error(
-    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
     evicted: dict[str, Any] = {
@@ -150,7 +151,7 @@ async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_erro
 
 
 async def test_a_pod_deleted_under_a_running_trial_is_replaced_and_the_trial_finishes(
-    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
@@ -173,7 +174,7 @@ async def test_a_pod_deleted_under_a_running_trial_is_replaced_and_the_trial_fin
 
 
 async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
-    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
     no_image = publish(store, make_dataset(tmp_path / "plain" / "one", ["only"], image=None))
@@ -210,7 +211,7 @@ async def _gone(kube: Kube, pod: str) -> bool:
 
 
 async def test_preserve_env_keeps_the_pod_of_a_finished_trial(
-    kube: Kube, store: ObjectStore, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):

@@ -21,9 +21,9 @@ from operator_kit import (
     play_kubelet,
     publish,
 )
+from s3_kit import S3Settings
 
 from kube import ROLLOUT_JOBS, Identity, Kube
-from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize("install", ["cluster-wide", "namespaced"])
 async def test_the_charts_rbac_lets_the_operator_start_cleanly_and_run_a_job(
     kube: Kube,
-    s3_settings: StorageSettings,
+    s3_settings: S3Settings,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     install: str,
@@ -39,7 +39,7 @@ async def test_the_charts_rbac_lets_the_operator_start_cleanly_and_run_a_job(
     watched = [kube.namespace] if install == "namespaced" else []
     identity = await kube.apply_chart_rbac(watched)
     assert identity is (Identity.NAMESPACED_OPERATOR if watched else Identity.OPERATOR)
-    dataset = publish(ObjectStore(s3_settings), make_dataset(tmp_path / "set", ["a", "b"]))
+    dataset = publish(s3_settings.store(), make_dataset(tmp_path / "set", ["a", "b"]))
     memo = operator_memo(kube, operator_config(s3_settings), identity)
     caplog.set_level(logging.WARNING)
     async with kube.operator(memo=memo, identity=identity, clusterwide=not watched):

@@ -38,16 +38,16 @@ from operator_kit import (
     outcome,
     publish,
 )
+from s3_kit import S3Settings
 
 from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Identity, Kube
-from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def dataset(tmp_path: Path, s3_settings: StorageSettings) -> dict[str, str]:
-    return publish(ObjectStore(s3_settings), make_dataset(tmp_path / DATASET, TASKS))
+def dataset(tmp_path: Path, s3_settings: S3Settings) -> dict[str, str]:
+    return publish(s3_settings.store(), make_dataset(tmp_path / DATASET, TASKS))
 
 
 class Kubelet:
@@ -105,7 +105,7 @@ async def assert_job_figures(kube: Kube) -> None:
 
 @pytest.mark.parametrize("kill_after", [[1, 5, 9], [2, 3, 4, 6, 7, 8, 10, 11]])
 async def test_an_operator_killed_again_and_again_still_runs_every_trial_once(
-    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings, kill_after: list[int]
+    kube: Kube, dataset: dict[str, str], s3_settings: S3Settings, kill_after: list[int]
 ) -> None:
     config = operator_config(s3_settings)
     kubelet = Kubelet(kube)
@@ -133,7 +133,7 @@ async def test_an_operator_killed_again_and_again_still_runs_every_trial_once(
 
 
 async def test_a_stopped_operator_resumes_a_suspended_job_where_it_was(
-    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings
+    kube: Kube, dataset: dict[str, str], s3_settings: S3Settings
 ) -> None:
     """Stopped gracefully mid-job; a job suspended meanwhile creates nothing more until resumed."""
     config = operator_config(s3_settings)
@@ -211,13 +211,11 @@ def _cannot_switch_user() -> str | None:
 
 @contextlib.asynccontextmanager
 async def operator_process(
-    kube: Kube, tmp_path: Path, storage: StorageSettings, *, uid: int | None = None
+    kube: Kube, tmp_path: Path, storage: S3Settings, *, uid: int | None = None
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, int]]:
     """`rollout-operator` as a user runs it, configured by environment variables; as `uid` with
     no user name in its environment (as in a Pod) when given."""
     metrics_port, health_port = _free_port(), _free_port()
-    assert storage.access_key_id is not None
-    assert storage.secret_access_key is not None
     inherited = {k: v for k, v in os.environ.items() if uid is None or k not in USER_VARIABLES}
     env = {
         **inherited,
@@ -227,11 +225,11 @@ async def operator_process(
         "ROLLOUT_NAMESPACES": kube.namespace,
         "ROLLOUT_RUNNER_IMAGE": RUNNER_IMAGE,
         "ROLLOUT_PEERING": "",
-        "ROLLOUT_STORAGE_BUCKET": storage.bucket,
-        "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint_url or "",
+        "ROLLOUT_STORAGE_BUCKET": storage.location.bucket,
+        "ROLLOUT_STORAGE_ENDPOINT": storage.location.endpoint or "",
         "ROLLOUT_STORAGE_PATH_STYLE": "true",
-        "AWS_ACCESS_KEY_ID": storage.access_key_id.get_secret_value(),
-        "AWS_SECRET_ACCESS_KEY": storage.secret_access_key.get_secret_value(),
+        "AWS_ACCESS_KEY_ID": storage.credentials.access_key_id.get_secret_value(),
+        "AWS_SECRET_ACCESS_KEY": storage.credentials.secret_access_key.get_secret_value(),
         "ROLLOUT_METRICS_PORT": str(metrics_port),
         "ROLLOUT_HEALTH_PORT": str(health_port),
         "ROLLOUT_STATUS_INTERVAL_SEC": "0.2",
@@ -264,7 +262,7 @@ async def _get(session: aiohttp.ClientSession, url: str) -> str | None:
 
 
 async def test_the_operator_process_killed_with_sigkill_mid_job_finishes_it_after_a_restart(
-    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, dataset: dict[str, str], s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     kubelet = Kubelet(kube)
     await kube.create(
@@ -297,7 +295,7 @@ async def test_the_operator_process_killed_with_sigkill_mid_job_finishes_it_afte
 
 @pytest.mark.skipif(_cannot_switch_user() is not None, reason=_cannot_switch_user() or "")
 async def test_the_operator_starts_and_serves_under_a_uid_with_no_passwd_entry(
-    kube: Kube, dataset: dict[str, str], s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, dataset: dict[str, str], s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     """Under an unlisted uid, kopf's own peering identity (`getpass.getuser()`) fails and the
     operator used to die at start with `KeyError: 'getpwuid(): uid not found: 65532'`."""

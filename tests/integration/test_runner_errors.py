@@ -17,11 +17,12 @@ from runner_kit import (
     run_in_fake_container,
     trial_objects,
 )
+from s3_kit import S3Settings
 
 from fakecontainer import FakeContainer, fake_container, requires_fake_container
 from rollout.api.errors import ErrorType
 from rollout.api.layout import task_archive_key
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 from rollout_runner.shim_environment import ShimEnvironment
 from rollout_runner.trial import TrialReport
 
@@ -31,7 +32,7 @@ SOLVE_HELLO = 'echo "Hello, world!" > /app/hello.txt'
 
 
 @pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
+def store(s3_settings: S3Settings) -> ObjectStore:
     return fast_store(s3_settings)
 
 
@@ -363,8 +364,7 @@ async def test_a_storage_key_inside_the_jobs_name_leaves_the_name_alone(
 ) -> None:
     """On a cluster, an access key `bars` turned error.txt's `Trial: bars-smoke/...` into
     `Trial: ***-smoke/...`: names the project made are never scrubbed, secrets elsewhere are."""
-    assert store.settings.access_key_id is not None
-    key = store.settings.access_key_id.get_secret_value()
+    key = store.secrets()[0]  # the access key id
     job = f"{key}-smoke"
     content_hash = publish_task(store, "hello-offline")
     spec = make_spec(

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 from runner_kit import fast_store, make_spec, publish_task, run_in_fake_container, trial_objects
+from s3_kit import S3Settings
 
 from fakecontainer import requires_fake_container
 from rollout.api.errors import ErrorType
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 pytestmark = [pytest.mark.integration, requires_fake_container()]
 
@@ -22,7 +23,7 @@ PLANT_REWARDS = (
 
 
 @pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
+def store(s3_settings: S3Settings) -> ObjectStore:
     return fast_store(s3_settings)
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from runner_kit import fast_store, make_spec, new_container_dir, publish_task, trial_objects
+from s3_kit import S3Settings
 
 from fakecontainer import fake_container, requires_fake_container
 from rollout.api.errors import ErrorType
-from rollout.storage import StorageSettings
 from rollout_runner.spec import agent_env_var_name
 from rollout_runner.termination import MAX_BYTES
 
@@ -37,18 +37,14 @@ printf '%s' "$MY_API_KEY" > /app/answer.txt
 """
 
 
-def runner_env(settings: StorageSettings, **extra: str) -> dict[str, str]:
+def runner_env(settings: S3Settings, **extra: str) -> dict[str, str]:
     env = {
         "PATH": os.environ["PATH"],
-        "ROLLOUT_STORAGE_BUCKET": settings.bucket,
-        "ROLLOUT_STORAGE_ENDPOINT": settings.endpoint_url or "",
+        "ROLLOUT_STORAGE_BUCKET": settings.location.bucket,
+        "ROLLOUT_STORAGE_ENDPOINT": settings.location.endpoint or "",
         "ROLLOUT_STORAGE_PATH_STYLE": "true",
-        "AWS_ACCESS_KEY_ID": settings.access_key_id.get_secret_value()
-        if settings.access_key_id
-        else "",
-        "AWS_SECRET_ACCESS_KEY": settings.secret_access_key.get_secret_value()
-        if settings.secret_access_key
-        else "",
+        "AWS_ACCESS_KEY_ID": settings.credentials.access_key_id.get_secret_value(),
+        "AWS_SECRET_ACCESS_KEY": settings.credentials.secret_access_key.get_secret_value(),
     }
     env.update(extra)
     return env
@@ -67,7 +63,7 @@ def rollout_runner(*args: str, env: dict[str, str]) -> subprocess.CompletedProce
 
 @requires_fake_container()
 def test_a_secret_agent_env_value_is_used_and_never_stored(
-    tmp_path: Path, s3_settings: StorageSettings
+    tmp_path: Path, s3_settings: S3Settings
 ) -> None:
     store = fast_store(s3_settings)
     content_hash = publish_task(store, "reward-from-answer")
@@ -165,7 +161,7 @@ def test_a_missing_spec_exits_2_with_a_termination_message(tmp_path: Path) -> No
     assert document["reward"] is None
 
 
-def test_a_missing_secret_value_is_named(tmp_path: Path, s3_settings: StorageSettings) -> None:
+def test_a_missing_secret_value_is_named(tmp_path: Path, s3_settings: S3Settings) -> None:
     store = fast_store(s3_settings)
     spec = make_spec(
         store,
@@ -189,7 +185,7 @@ def test_a_missing_secret_value_is_named(tmp_path: Path, s3_settings: StorageSet
 
 @requires_fake_container()
 def test_sigterm_ends_the_running_phase_and_still_stores_the_trial(
-    tmp_path: Path, s3_settings: StorageSettings
+    tmp_path: Path, s3_settings: S3Settings
 ) -> None:
     store = fast_store(s3_settings)
     content_hash = publish_task(store, "hello-offline")

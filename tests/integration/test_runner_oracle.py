@@ -17,10 +17,10 @@ from runner_kit import (
     trial_objects,
     trial_prefix_of,
 )
+from s3_kit import S3Settings
 
 from fakecontainer import requires_fake_container, shell_params
 from rollout.api.results import TrialResult
-from rollout.storage import StorageSettings
 
 pytestmark = [pytest.mark.integration, requires_fake_container()]
 
@@ -29,7 +29,7 @@ SEED_RESULT = Path(__file__).resolve().parents[1] / "data" / "seed" / "trial_res
 
 @pytest.mark.parametrize("shell", shell_params())
 async def test_the_oracle_passes_and_every_object_lands_at_its_key(
-    tmp_path: Path, s3_settings: StorageSettings, shell: str
+    tmp_path: Path, s3_settings: S3Settings, shell: str
 ) -> None:
     store = fast_store(s3_settings)
     content_hash = publish_task(store, "hello-offline")
@@ -109,7 +109,7 @@ async def test_the_oracle_passes_and_every_object_lands_at_its_key(
 
 
 async def test_the_oracle_passes_a_task_with_an_agent_user(
-    tmp_path: Path, s3_settings: StorageSettings
+    tmp_path: Path, s3_settings: S3Settings
 ) -> None:
     store = fast_store(s3_settings)
     content_hash = publish_task(store, "hello-agent-user")
@@ -125,7 +125,7 @@ async def test_the_oracle_passes_a_task_with_an_agent_user(
 
 
 async def test_a_reward_json_is_read_before_reward_txt(
-    tmp_path: Path, s3_settings: StorageSettings
+    tmp_path: Path, s3_settings: S3Settings
 ) -> None:
     store = fast_store(s3_settings)
     content_hash = publish_task(store, "reward-from-answer")
@@ -145,7 +145,7 @@ async def test_a_reward_json_is_read_before_reward_txt(
 
 
 async def test_without_a_shared_logs_volume_logs_are_copied_out_of_the_environment(
-    tmp_path: Path, s3_settings: StorageSettings
+    tmp_path: Path, s3_settings: S3Settings
 ) -> None:
     # As for environments that share no volume with the runner (a remote sandbox): /logs is
     # fetched with get_files, for the reward and for the upload.

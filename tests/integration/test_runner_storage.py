@@ -17,9 +17,10 @@ from runner_kit import (
     run_in,
     trial_objects,
 )
+from s3_kit import S3Settings
 
 from fakecontainer import eventually, fake_container, requires_fake_container
-from rollout.storage import ObjectStore, RetryPolicy, StorageSettings
+from rollout.storage import ObjectStore, RetryPolicy
 from rollout_runner.termination import MAX_BYTES
 from s3server import S3Server
 
@@ -46,18 +47,18 @@ def server(tmp_path: Path) -> Iterator[S3Server]:
 
 
 @pytest.fixture
-def settings(server: S3Server, make_s3_settings: Callable[..., StorageSettings]) -> StorageSettings:
+def settings(server: S3Server, make_s3_settings: Callable[..., S3Settings]) -> S3Settings:
     return make_s3_settings(endpoint_url=server.endpoint_url)
 
 
-def store_on(settings: StorageSettings, retry: RetryPolicy) -> ObjectStore:
+def store_on(settings: S3Settings, retry: RetryPolicy) -> ObjectStore:
     store = fast_store(settings, retry)
     store.ensure_bucket()
     return store
 
 
 async def test_an_outage_during_the_uploads_is_ridden_out_and_nothing_is_lost(
-    tmp_path: Path, server: S3Server, settings: StorageSettings
+    tmp_path: Path, server: S3Server, settings: S3Settings
 ) -> None:
     patient = RetryPolicy(
         max_attempts=100, max_seconds=60, initial_backoff_seconds=0.1, max_backoff_seconds=0.5
@@ -100,7 +101,7 @@ async def test_an_outage_during_the_uploads_is_ridden_out_and_nothing_is_lost(
 
 
 async def test_a_dead_endpoint_stops_the_uploads_after_bounded_retries(
-    tmp_path: Path, server: S3Server, settings: StorageSettings
+    tmp_path: Path, server: S3Server, settings: S3Settings
 ) -> None:
     quick = RetryPolicy(
         max_attempts=3, max_seconds=2, initial_backoff_seconds=0.05, max_backoff_seconds=0.2

@@ -17,6 +17,7 @@ from typing import Any
 import boto3
 import pytest
 from pydantic import SecretStr
+from s3_kit import S3Settings
 
 from rollout.api.errors import InvalidInput
 from rollout.storage import (
@@ -24,8 +25,10 @@ from rollout.storage import (
     ObjectStore,
     RetryPolicy,
     StorageError,
-    StorageSettings,
+    StorageLocation,
     join_key,
+    location_env,
+    storage_from_env,
 )
 from s3server import S3Server, free_port
 
@@ -38,15 +41,15 @@ QUICK = RetryPolicy(
 )
 
 
-MakeSettings = Callable[..., StorageSettings]
+MakeSettings = Callable[..., S3Settings]
 
 
-def raw_client(settings: StorageSettings) -> Any:
+def raw_client(settings: S3Settings) -> Any:
     """A plain boto3 client, to check what is in the bucket independently of ObjectStore."""
     return boto3.client(
         "s3",
-        endpoint_url=settings.endpoint_url,
-        region_name=settings.region,
+        endpoint_url=settings.location.endpoint,
+        region_name=settings.location.signing_region,
         aws_access_key_id="any",
         aws_secret_access_key="any",
     )
@@ -67,8 +70,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 # Single objects.
 
 
-def test_put_get_exists_round_trip(s3_settings: StorageSettings) -> None:
-    store = ObjectStore(s3_settings)
+def test_put_get_exists_round_trip(s3_settings: S3Settings) -> None:
+    store = s3_settings.store()
     key = store.key("jobs", "j1", "result.json")
     data = json.dumps({"reward": 1.0}).encode() + bytes(range(256))
 
@@ -77,19 +80,21 @@ def test_put_get_exists_round_trip(s3_settings: StorageSettings) -> None:
 
     assert store.exists(key)
     assert store.get_bytes(key) == data
-    head = raw_client(s3_settings).head_object(Bucket=s3_settings.bucket, Key=key)
+    head = raw_client(s3_settings).head_object(Bucket=s3_settings.location.bucket, Key=key)
     assert head["ContentType"] == "application/json"
     assert head["ContentLength"] == len(data)
 
 
 def test_keys_join_the_configured_prefix(make_s3_settings: MakeSettings) -> None:
     settings = make_s3_settings(prefix="/team-a/evals/")
-    store = ObjectStore(settings)
+    store = settings.store()
     store.ensure_bucket()
 
     key = store.key("jobs", "j1/claude", "result.json")
     assert key == "team-a/evals/jobs/j1/claude/result.json"
-    assert store.uri(key) == f"s3://{settings.bucket}/team-a/evals/jobs/j1/claude/result.json"
+    assert (
+        store.uri(key) == f"s3://{settings.location.bucket}/team-a/evals/jobs/j1/claude/result.json"
+    )
     store.put_bytes(key, b"{}")
     assert store.list_keys("team-a/") == [key]
     for bad in ("..", "a/../b", "", "./x"):
@@ -97,8 +102,8 @@ def test_keys_join_the_configured_prefix(make_s3_settings: MakeSettings) -> None
             join_key("jobs", bad)
 
 
-def test_missing_object_fails_fast_without_retries(s3_settings: StorageSettings) -> None:
-    store = ObjectStore(s3_settings, retry=QUICK)
+def test_missing_object_fails_fast_without_retries(s3_settings: S3Settings) -> None:
+    store = s3_settings.store(retry=QUICK)
 
     with pytest.raises(ObjectNotFound) as caught:
         store.get_bytes("no/such/key")
@@ -118,7 +123,7 @@ def test_missing_bucket_fails_fast_with_a_clear_error(
     s3_server: S3Server, make_s3_settings: MakeSettings
 ) -> None:
     settings = make_s3_settings()
-    store = ObjectStore(settings, retry=QUICK)
+    store = settings.store(retry=QUICK)
 
     with pytest.raises(StorageError) as caught:
         store.put_bytes("a/b.txt", b"x")
@@ -126,27 +131,30 @@ def test_missing_bucket_fails_fast_with_a_clear_error(
     assert not isinstance(err, ObjectNotFound)
     assert err.code == "NoSuchBucket"
     assert (err.attempts, err.transient, store.stats.attempts["put_bytes"]) == (1, False, 1)
-    assert f"s3://{settings.bucket}/a/b.txt" in str(err)
+    assert f"s3://{settings.location.bucket}/a/b.txt" in str(err)
     assert s3_server.endpoint_url in str(err)
 
 
 def test_ensure_bucket_creates_once_and_is_idempotent(make_s3_settings: MakeSettings) -> None:
-    settings = make_s3_settings().model_copy(update={"region": "eu-west-1"})
-    store = ObjectStore(settings)
+    made = make_s3_settings()
+    settings = S3Settings(
+        made.location.model_copy(update={"region": "eu-west-1"}), made.credentials
+    )
+    store = settings.store()
     store.ensure_bucket()
     store.ensure_bucket()
 
     client = raw_client(settings)
     names = [b["Name"] for b in client.list_buckets()["Buckets"]]
-    assert names.count(settings.bucket) == 1
-    location = client.get_bucket_location(Bucket=settings.bucket)["LocationConstraint"]
+    assert names.count(settings.location.bucket) == 1
+    location = client.get_bucket_location(Bucket=settings.location.bucket)["LocationConstraint"]
     assert location == "eu-west-1"
 
 
 def test_multipart_upload_above_threshold_arrives_intact(
-    s3_settings: StorageSettings, tmp_path: Path
+    s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    store = ObjectStore(s3_settings, multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB)
+    store = s3_settings.store(multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB)
     source = tmp_path / "agent-trace.bin"
     data = os.urandom(6 * MIB + 123)
     source.write_bytes(data)
@@ -154,7 +162,9 @@ def test_multipart_upload_above_threshold_arrives_intact(
     store.upload_file(source, "big/agent-trace.bin")
     store.upload_file(tmp_path / "agent-trace.bin", "big/again.bin")
 
-    etag = raw_client(s3_settings).head_object(Bucket=s3_settings.bucket, Key="big/again.bin")
+    etag = raw_client(s3_settings).head_object(
+        Bucket=s3_settings.location.bucket, Key="big/again.bin"
+    )
     # A multipart upload's ETag ends in -<number of parts>; a single PUT's does not.
     assert etag["ETag"].strip('"').endswith("-2")
     target = tmp_path / "out" / "trace.bin"
@@ -162,13 +172,13 @@ def test_multipart_upload_above_threshold_arrives_intact(
     assert hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(data).digest()
 
 
-def test_small_upload_is_a_single_put(s3_settings: StorageSettings, tmp_path: Path) -> None:
-    store = ObjectStore(s3_settings)
+def test_small_upload_is_a_single_put(s3_settings: S3Settings, tmp_path: Path) -> None:
+    store = s3_settings.store()
     (tmp_path / "reward.txt").write_text("1\n")
     store.upload_file(tmp_path / "reward.txt", "logs/verifier/reward.txt")
 
     head = raw_client(s3_settings).head_object(
-        Bucket=s3_settings.bucket, Key="logs/verifier/reward.txt"
+        Bucket=s3_settings.location.bucket, Key="logs/verifier/reward.txt"
     )
     assert "-" not in head["ETag"].strip('"')
     assert head["ContentType"] == "text/plain"
@@ -199,9 +209,9 @@ def read_tree(root: Path) -> dict[str, bytes]:
 
 
 def test_upload_tree_and_download_prefix_byte_for_byte(
-    s3_settings: StorageSettings, tmp_path: Path
+    s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     files = make_tree(tmp_path / "trial")
     prefix = store.key("jobs", "j1", "oracle", "ds", "task__1")
 
@@ -220,17 +230,17 @@ def test_upload_tree_and_download_prefix_byte_for_byte(
 
 
 def test_download_prefix_of_nothing_makes_no_directory(
-    s3_settings: StorageSettings, tmp_path: Path
+    s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     assert store.download_prefix("jobs/none", tmp_path / "none", workers=4) == []
     assert not (tmp_path / "none").exists()
 
 
 def test_upload_tree_skips_links_leaving_the_tree_and_special_files(
-    s3_settings: StorageSettings, tmp_path: Path
+    s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     secret = tmp_path / "runner-only" / "token"
     secret.parent.mkdir()
     secret.write_text("do not upload")
@@ -250,9 +260,9 @@ def test_upload_tree_skips_links_leaving_the_tree_and_special_files(
 
 
 def test_download_prefix_refuses_keys_that_escape_and_writes_nothing(
-    s3_settings: StorageSettings, tmp_path: Path
+    s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     store.put_bytes("task/a.txt", b"fine")
     store.put_bytes("task/../escape.txt", b"evil")
     store.put_bytes("task/x/../../../escape2.txt", b"evil")
@@ -264,9 +274,9 @@ def test_download_prefix_refuses_keys_that_escape_and_writes_nothing(
 
 
 def test_download_prefix_refuses_to_follow_a_symlink_in_the_target(
-    s3_settings: StorageSettings, tmp_path: Path
+    s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     store.put_bytes("task/link/file.txt", b"evil")
     target = tmp_path / "task"
     target.mkdir()
@@ -278,8 +288,8 @@ def test_download_prefix_refuses_to_follow_a_symlink_in_the_target(
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
-def test_list_keys_pages_and_delete_prefix_keeps_siblings(s3_settings: StorageSettings) -> None:
-    store = ObjectStore(s3_settings)
+def test_list_keys_pages_and_delete_prefix_keeps_siblings(s3_settings: S3Settings) -> None:
+    store = s3_settings.store()
     doomed = [f"jobs/j1/t{i}/result.json" for i in range(5)]
     kept = ["jobs/j10/result.json", "jobs/j1.json", "other/x"]
     for key in doomed + kept:
@@ -318,9 +328,7 @@ def test_upload_rides_out_an_outage(
     patient = RetryPolicy(
         max_attempts=1000, max_seconds=60, initial_backoff_seconds=0.05, max_backoff_seconds=0.2
     )
-    store = ObjectStore(
-        settings, retry=patient, multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB
-    )
+    store = settings.store(retry=patient, multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB)
     source = tmp_path / "trace.bin"
     data = os.urandom(6 * MIB)
     source.write_bytes(data)
@@ -358,7 +366,7 @@ def test_endpoint_down_for_good_gives_up_after_bounded_attempts(
 ) -> None:
     port = free_port()  # nothing listens here
     settings = make_s3_settings(f"http://127.0.0.1:{port}")
-    store = ObjectStore(settings, retry=QUICK)
+    store = settings.store(retry=QUICK)
     caplog.set_level(logging.WARNING, logger="rollout.storage")
 
     with pytest.raises(StorageError) as caught:
@@ -371,7 +379,7 @@ def test_endpoint_down_for_good_gives_up_after_bounded_attempts(
     assert store.stats.retries["put_bytes"] == 3
     assert store.stats.failures["put_bytes"] == 1
     assert "put_bytes" in message
-    assert f"s3://{settings.bucket}/jobs/j1/result.json" in message
+    assert f"s3://{settings.location.bucket}/jobs/j1/result.json" in message
     assert f"http://127.0.0.1:{port}" in message
     assert "after 4 attempts" in message
     assert "EndpointConnectionError" in message
@@ -387,7 +395,7 @@ def test_total_time_bounds_the_retries(make_s3_settings: MakeSettings) -> None:
     policy = RetryPolicy(
         max_attempts=100_000, max_seconds=0.5, initial_backoff_seconds=0.05, max_backoff_seconds=0.1
     )
-    store = ObjectStore(settings, retry=policy)
+    store = settings.store(retry=policy)
 
     with pytest.raises(StorageError) as caught:
         store.get_bytes("x")
@@ -482,7 +490,7 @@ NOT_RETRIED = [
 def test_throttling_and_server_errors_are_retried(
     faulty_s3: FaultyS3, make_s3_settings: MakeSettings
 ) -> None:
-    store = ObjectStore(make_s3_settings(faulty_s3.endpoint_url, "bucket"), retry=QUICK)
+    store = make_s3_settings(faulty_s3.endpoint_url, "bucket").store(retry=QUICK)
 
     with pytest.raises(StorageError) as caught:
         store.put_bytes("k", b"payload")
@@ -497,7 +505,7 @@ def test_throttling_and_server_errors_are_retried(
     "faulty_s3", [(s, c, 10**6) for s, c in NOT_RETRIED], indirect=True, ids=lambda p: p[1]
 )
 def test_client_errors_are_not_retried(faulty_s3: FaultyS3, make_s3_settings: MakeSettings) -> None:
-    store = ObjectStore(make_s3_settings(faulty_s3.endpoint_url, "bucket"), retry=QUICK)
+    store = make_s3_settings(faulty_s3.endpoint_url, "bucket").store(retry=QUICK)
 
     with pytest.raises(StorageError) as caught:
         store.put_bytes("k", b"payload")
@@ -513,7 +521,7 @@ def test_client_errors_are_not_retried(faulty_s3: FaultyS3, make_s3_settings: Ma
 def test_a_throttled_call_succeeds_once_the_endpoint_recovers(
     faulty_s3: FaultyS3, make_s3_settings: MakeSettings
 ) -> None:
-    store = ObjectStore(make_s3_settings(faulty_s3.endpoint_url, "bucket"), retry=QUICK)
+    store = make_s3_settings(faulty_s3.endpoint_url, "bucket").store(retry=QUICK)
 
     store.put_bytes("k", b"payload")
 
@@ -535,10 +543,10 @@ def test_no_credentials_at_all_fails_fast(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    settings = StorageSettings(
-        bucket=new_bucket_name(), endpoint_url=s3_server.endpoint_url, path_style=True
+    location = StorageLocation(
+        bucket=new_bucket_name(), endpoint=s3_server.endpoint_url, path_style=True
     )
-    store = ObjectStore(settings, retry=QUICK)
+    store = ObjectStore(location, retry=QUICK)
 
     with pytest.raises(StorageError, match="Unable to locate credentials") as caught:
         store.put_bytes("k", b"x")
@@ -546,7 +554,7 @@ def test_no_credentials_at_all_fails_fast(
 
 
 def test_settings_from_env() -> None:
-    settings = StorageSettings.from_env(
+    location, credentials = storage_from_env(
         {
             "ROLLOUT_STORAGE_BUCKET": "results",
             "ROLLOUT_STORAGE_PREFIX": "/team-a/",
@@ -559,22 +567,21 @@ def test_settings_from_env() -> None:
         }
     )
 
-    assert settings.bucket == "results"
-    assert settings.prefix == "team-a"
-    assert settings.endpoint_url == "http://minio.storage:9000"
-    assert settings.region == "eu-central-1"
-    assert settings.path_style is True
-    assert settings.secret_access_key == SecretStr("secret-from-env")
-    assert settings.session_token is None
-    assert StorageSettings.from_env(settings.to_env()) == settings.model_copy(
-        update={"access_key_id": None, "secret_access_key": None}
-    )
-    assert StorageSettings.from_env({"ROLLOUT_STORAGE_BUCKET": "b"}).region == "us-east-1"
+    assert location.bucket == "results"
+    assert location.prefix == "team-a"
+    assert location.endpoint == "http://minio.storage:9000"
+    assert location.region == "eu-central-1"
+    assert location.path_style is True
+    assert credentials is not None
+    assert credentials.secret_access_key == SecretStr("secret-from-env")
+    assert credentials.session_token is None
+    assert storage_from_env(location_env(location)) == (location, None)
+    assert storage_from_env({"ROLLOUT_STORAGE_BUCKET": "b"})[0].region == "us-east-1"
 
 
 def test_settings_from_env_name_each_wrong_variable(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as caught:
-        StorageSettings.from_env(
+        storage_from_env(
             {
                 "ROLLOUT_STORAGE_BUCKET": "  ",
                 "ROLLOUT_STORAGE_PATH_STYLE": "maybe",
@@ -591,22 +598,20 @@ def test_settings_from_env_name_each_wrong_variable(tmp_path: Path) -> None:
     assert "ROLLOUT_STORAGE_BUCKET: is required" in str(caught.value)
 
     with pytest.raises(InvalidInput) as caught:
-        StorageSettings.from_env(
-            {"ROLLOUT_STORAGE_BUCKET": "b", "ROLLOUT_STORAGE_ENDPOINT": "minio:9000"}
-        )
+        storage_from_env({"ROLLOUT_STORAGE_BUCKET": "b", "ROLLOUT_STORAGE_ENDPOINT": "minio:9000"})
     assert [(p.field, p.message) for p in caught.value.problems] == [
         ("ROLLOUT_STORAGE_ENDPOINT", "'minio:9000' must start with http:// or https://")
     ]
     with pytest.raises(InvalidInput, match="ROLLOUT_STORAGE_BUCKET: 'a/b' is not a bucket name"):
-        StorageSettings.from_env({"ROLLOUT_STORAGE_BUCKET": "a/b"})
+        storage_from_env({"ROLLOUT_STORAGE_BUCKET": "a/b"})
     with pytest.raises(InvalidInput, match="does not exist"):
-        StorageSettings.from_env(
+        storage_from_env(
             {"ROLLOUT_STORAGE_BUCKET": "b", "ROLLOUT_STORAGE_CREDENTIALS_DIR": "/no/such/dir"}
         )
 
 
 def test_settings_never_show_the_secret(make_s3_settings: MakeSettings) -> None:
-    settings = make_s3_settings().model_copy(
+    settings = make_s3_settings().credentials.model_copy(
         update={"session_token": SecretStr("session-token-never-print-me")}
     )
     shown = [repr(settings), str(settings), settings.model_dump_json(), str(settings.model_dump())]
@@ -663,8 +668,7 @@ def test_credentials_from_a_mounted_secret_directory(
     }
     good_dir = write_secret_dir(tmp_path / "good", key["id"], key["secret"])
     store = ObjectStore(
-        StorageSettings.from_env(env | {"ROLLOUT_STORAGE_CREDENTIALS_DIR": str(good_dir)}),
-        retry=QUICK,
+        *storage_from_env(env | {"ROLLOUT_STORAGE_CREDENTIALS_DIR": str(good_dir)}), retry=QUICK
     )
     store.put_bytes("datasets/manifest.json", b"{}")
     assert store.get_bytes("datasets/manifest.json") == b"{}"
@@ -672,8 +676,7 @@ def test_credentials_from_a_mounted_secret_directory(
     wrong_secret = "wrong-secret-never-print-me"
     bad_dir = write_secret_dir(tmp_path / "bad", key["id"], wrong_secret)
     bad_store = ObjectStore(
-        StorageSettings.from_env(env | {"ROLLOUT_STORAGE_CREDENTIALS_DIR": str(bad_dir)}),
-        retry=QUICK,
+        *storage_from_env(env | {"ROLLOUT_STORAGE_CREDENTIALS_DIR": str(bad_dir)}), retry=QUICK
     )
     with pytest.raises(StorageError) as caught:
         bad_store.get_bytes("datasets/manifest.json")

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from operator_kit import job_manifest, job_phase, operator_config, operator_memo, publish
+from s3_kit import S3Settings
 
 from fakecontainer import requires_fake_container
 from kube import PODS, ROLLOUT_JOBS, SECRETS, Kube
@@ -24,7 +25,7 @@ from kubelet import run_trial_pod
 from rollout.api.bundle import task_archive
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.taskdir import task_content_hash
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 pytestmark = [pytest.mark.integration, requires_fake_container()]
 
@@ -55,19 +56,18 @@ def publish_dataset(store: ObjectStore, root: Path) -> dict[str, str]:
 
 
 async def test_a_trial_pod_runs_the_agents_script_byte_for_byte(
-    kube: Kube, s3_settings: StorageSettings, tmp_path: Path
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
-    store = ObjectStore(s3_settings)
+    store = s3_settings.store()
     dataset = publish_dataset(store, tmp_path / "data")
-    assert s3_settings.access_key_id is not None
-    assert s3_settings.secret_access_key is not None
+    credentials = s3_settings.credentials
     await kube.create(
         SECRETS,
         {
             "metadata": {"name": CREDENTIALS_SECRET},
             "stringData": {
-                "AWS_ACCESS_KEY_ID": s3_settings.access_key_id.get_secret_value(),
-                "AWS_SECRET_ACCESS_KEY": s3_settings.secret_access_key.get_secret_value(),
+                "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
+                "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
             },
         },
     )

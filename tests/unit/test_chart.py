@@ -690,9 +690,9 @@ def test_the_operator_reads_the_environment_the_chart_gives_it(
     assert config.trial_service_account == f"{RELEASE}-trial"
     assert config.storage is not None
     assert config.storage.bucket == env["ROLLOUT_STORAGE_BUCKET"]
-    assert config.storage.endpoint_url == (env["ROLLOUT_STORAGE_ENDPOINT"] or None)
+    assert config.storage.endpoint == (env["ROLLOUT_STORAGE_ENDPOINT"] or None)
     assert config.storage.path_style is (rendered.name == "quickstart")
-    assert (config.storage.access_key_id is not None) is bool(secret_name)
+    assert (config.storage_credentials is not None) is bool(secret_name)
     assert config.storage_credentials_secret == secret_name
     if rendered.name == "namespaced":
         assert config.default_pod_overrides is not None

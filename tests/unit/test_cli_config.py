@@ -100,16 +100,16 @@ def test_the_cli_reaches_storage_with_its_own_endpoint_and_aws_credentials() -> 
     )  # fmt: skip
     settings = config.resolve(flags, {"HOME": "/nonexistent"})
     environ = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
-    store = settings.storage_settings(environ)
-    assert store.endpoint_url == "http://127.0.0.1:9000"
-    assert store.path_style is True
+    store = settings.object_store(environ)
+    assert store.location.endpoint == "http://127.0.0.1:9000"
+    assert store.location.path_style is True
     assert store.secrets() == ["AKIAEXAMPLE", "s3cr3t"]
     spec = settings.storage_spec()
     assert spec is not None
     assert spec.endpoint == "http://minio.rollout-system:9000"
     assert settings.loopback_warning() is None
     # Without a credential pair: boto3's default chain (profiles, SSO, instance roles).
-    assert settings.storage_settings({"AWS_ACCESS_KEY_ID": "only-half"}).access_key_id is None
+    assert settings.storage_credentials({"AWS_ACCESS_KEY_ID": "only-half"}) is None
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_bad_values_are_reported_where_they_were_written(config_file: Path) -> N
     with pytest.raises(InvalidInput) as raised:
         config.resolve(parse(), environ)
     assert raised.value.problems == [
-        Problem("environment", "ROLLOUT_STORAGE_PATH_STYLE", "'maybe' is not a bool")
+        Problem("environment", "ROLLOUT_STORAGE_PATH_STYLE", "'maybe' is not true or false")
     ]
     with pytest.raises(InvalidInput) as raised:
         config.resolve(
@@ -177,7 +177,7 @@ def test_no_bucket_is_an_error_only_when_storage_is_needed(tmp_path: Path) -> No
     settings = config.resolve(parse(), {"HOME": str(tmp_path)})
     assert settings.storage_spec() is None
     with pytest.raises(InvalidInput) as raised:
-        settings.storage_settings({})
+        settings.object_store({})
     (problem,) = raised.value.problems
     assert (problem.file, problem.field) == ("command line", "--storage-bucket")
     assert str(tmp_path / ".config" / "rollout" / "config.yaml") in problem.message

@@ -15,7 +15,6 @@ from rollout.controller.config import (
     COMMAND_LINE,
     ENVIRONMENT,
     SETTINGS,
-    STORAGE_FLAGS,
     OperatorConfig,
     add_arguments,
     from_args,
@@ -95,11 +94,11 @@ def test_what_the_chart_sets_is_read_including_its_empty_values(credentials_dir:
     assert config.storage is not None
     assert config.storage.bucket == "rollout"
     assert config.storage.prefix == ""
-    assert config.storage.endpoint_url == "http://minio.rollout-system:9000"
+    assert config.storage.endpoint == "http://minio.rollout-system:9000"
     assert config.storage.path_style is True
     assert config.storage.region == "us-east-1"  # empty: the storage module's default
-    assert config.storage.access_key_id is not None
-    assert config.storage.access_key_id.get_secret_value() == "AKIAOPERATOR"
+    assert config.storage_credentials is not None
+    assert config.storage_credentials.access_key_id.get_secret_value() == "AKIAOPERATOR"
     assert config.storage_credentials_secret == "rollout-storage"
     assert config.trial_service_account == "rollout-operator-trial"
     assert config.default_pod_overrides == PodOverrides.model_validate(
@@ -314,7 +313,7 @@ def test_every_variable_has_a_flag_and_the_help_names_the_variable() -> None:
     parser = argparse.ArgumentParser(prog="rollout-operator")
     add_arguments(parser)
     text = parser.format_help()
-    variables = [s.variable for s in SETTINGS] + [v for v, _, _ in STORAGE_FLAGS]
+    variables = [s.variable for s in SETTINGS]
     assert len(variables) == len(set(variables)) == 22
     for variable in variables:
         assert f"${variable}" in text

@@ -19,7 +19,7 @@ from rollout.controller.pod import (
     TASK_DIR,
     render_trial_pod,
 )
-from rollout.storage import StorageSettings
+from rollout.storage import storage_from_env
 from rollout_runner.main import build_parser
 from rollout_runner.shim import CONTROL_DIR, shim_command
 from rollout_runner.spec import load_spec, resolve_agent_env
@@ -330,14 +330,14 @@ def test_the_runner_reads_back_the_trial_spec_the_pod_gives_it() -> None:
 
 def test_the_runner_reads_back_the_storage_settings() -> None:
     runner = container(render(), "runner")
-    settings = StorageSettings.from_env(literal_env(runner))
-    assert settings.bucket == "evals"
-    assert settings.prefix == "team-a"
-    assert settings.endpoint_url == "http://minio.rollout-system:9000"
-    assert settings.path_style is True
-    assert settings.region == "us-east-1"
+    location, credentials = storage_from_env(literal_env(runner))
+    assert location.bucket == "evals"
+    assert location.prefix == "team-a"
+    assert location.endpoint == "http://minio.rollout-system:9000"
+    assert location.path_style is True
+    assert location.region == "us-east-1"
     assert "ROLLOUT_STORAGE_REGION" not in literal_env(runner)
-    assert settings.access_key_id is None  # nothing secret in the Pod's env
+    assert credentials is None  # nothing secret in the Pod's env
 
 
 def test_a_storage_region_is_passed_on() -> None:
@@ -385,11 +385,11 @@ def test_no_secret_value_is_in_the_pod(tmp_path: Any) -> None:
             "ROLLOUT_STORAGE_CREDENTIALS_SECRET": "rollout-storage",
         }
     )
-    assert config.storage is not None
-    assert config.storage.secrets()
+    assert config.storage_credentials is not None
+    assert config.storage_credentials.secrets()
     pod = render_trial_pod(make_trial(), config=config, pod_name="p")
     text = json.dumps(pod)
-    for secret in config.storage.secrets():
+    for secret in config.storage_credentials.secrets():
         assert secret not in text
     for c in pod["spec"]["containers"]:
         for entry in c.get("env", []):

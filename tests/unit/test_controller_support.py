@@ -17,13 +17,13 @@ from rollout.api.bundle import build_manifest, canonical_json
 from rollout.api.dataset import load_local_dataset
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import JobResult
-from rollout.controller.buckets import NoStorage, job_storage_spec, operator_settings
+from rollout.controller.buckets import NoStorage, StoreCache, job_storage_spec, operator_location
 from rollout.controller.config import OperatorConfig
 from rollout.controller.datasets import DatasetProblem, parse_manifest
 from rollout.controller.finish import config_json, job_result
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.settings import FINALIZER, configure_settings
-from rollout.storage import StorageSettings
+from rollout.storage import StorageCredentials
 
 # --- kopf settings --------------------------------------------------------------------------------
 
@@ -69,14 +69,15 @@ def test_the_watch_timeout_is_always_sent_as_whole_seconds(given: float, sent: s
 
 # --- storage --------------------------------------------------------------------------------------
 
-DEFAULT = StorageSettings(
+# As the operator reads its default storage from the chart's variables (the region defaulted).
+DEFAULT = StorageSpec(
     bucket="default",
     prefix="evals",
-    endpoint_url="http://minio:9000",
+    endpoint="http://minio:9000",
+    region="us-east-1",
     path_style=True,
-    access_key_id=SecretStr("AK"),
-    secret_access_key=SecretStr("SK"),
 )
+CREDENTIALS = StorageCredentials(access_key_id=SecretStr("AK"), secret_access_key=SecretStr("SK"))
 
 
 def test_a_job_without_storage_uses_the_operators_default() -> None:
@@ -91,20 +92,21 @@ def test_a_job_without_storage_uses_the_operators_default() -> None:
 
 def test_the_operator_reaches_a_jobs_own_bucket_with_its_own_credentials() -> None:
     own = StorageSpec(bucket="team", prefix="/a/b/", endpoint="http://s3.team:9000/", region="eu-1")
-    settings = operator_settings(own, DEFAULT)
-    assert (settings.bucket, settings.prefix, settings.endpoint_url) == (
+    store = StoreCache(DEFAULT, CREDENTIALS).for_spec(own)
+    location = store.location
+    assert (location.bucket, location.prefix, location.endpoint) == (
         "team", "a/b", "http://s3.team:9000"
     )  # fmt: skip
-    assert settings.region == "eu-1"
-    assert settings.access_key_id == SecretStr("AK")
-    assert not settings.path_style
+    assert location.region == "eu-1"
+    assert store.secrets() == ["AK", "SK"]
+    assert not location.path_style
 
 
 def test_the_operator_reaches_its_default_bucket_its_own_way_whatever_pods_are_told() -> None:
     for_pods = StorageSpec(bucket="default", prefix="team", endpoint="http://minio.svc:9000")
-    settings = operator_settings(for_pods, DEFAULT)
-    assert (settings.endpoint_url, settings.path_style) == ("http://minio:9000", True)
-    assert settings.prefix == "team"
+    location = operator_location(for_pods, DEFAULT)
+    assert (location.endpoint, location.path_style) == ("http://minio:9000", True)
+    assert location.prefix == "team"
 
 
 # --- dataset manifests ----------------------------------------------------------------------------

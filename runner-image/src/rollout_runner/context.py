@@ -108,7 +108,7 @@ class TrialContext:
         """`<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/` in the bucket."""
         spec = self.spec
         return trial_prefix(
-            self.store.settings.prefix,
+            self.store.location.prefix,
             spec.job_name,
             spec.agent.name,
             spec.dataset_name,

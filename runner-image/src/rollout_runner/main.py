@@ -23,7 +23,9 @@ from rollout.storage import (
     ENV_PREFIX,
     ENV_REGION,
     ObjectStore,
-    StorageSettings,
+    StorageCredentials,
+    StorageLocation,
+    storage_from_env,
 )
 from rollout_runner import termination
 from rollout_runner.context import RunnerOptions
@@ -163,10 +165,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec, os.environ)
         agent_env = resolve_agent_env(spec.agent, os.environ)
-        settings = StorageSettings.from_env()
+        location, credentials = storage_from_env()
     except InvalidInput as err:
         return _fail(args.termination_log, f"The runner's input is invalid: {err}", EXIT_BAD_INPUT)
-    redactor = Redactor([*agent_env.secrets, *settings.secrets()], keep=trial_names(spec))
+    storage_secrets = credentials.secrets() if credentials else []
+    redactor = Redactor([*agent_env.secrets, *storage_secrets], keep=trial_names(spec))
     handler.addFilter(RedactingFilter(redactor))
     if args.log_level is None:
         logging.getLogger().setLevel(spec.log_level.value.upper())
@@ -178,7 +181,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         upload_timeout_sec=args.upload_timeout_sec,
     )
     try:
-        report = asyncio.run(_run_trial(spec, settings, args.control_dir, agent_env, options))
+        report = asyncio.run(
+            _run_trial(spec, location, credentials, args.control_dir, agent_env, options)
+        )
     except Exception as err:
         log.exception("the runner failed")
         return _fail(
@@ -196,7 +201,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 async def _run_trial(
     spec: RolloutTrialSpec,
-    settings: StorageSettings,
+    location: StorageLocation,
+    credentials: StorageCredentials | None,
     control_dir: Path,
     agent_env: AgentEnv,
     options: RunnerOptions,
@@ -205,7 +211,7 @@ async def _run_trial(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = ObjectStore(settings)
+    store = ObjectStore(location, credentials)
     environment = ShimEnvironment(control_dir)
     return await run_trial(
         spec, environment, store, agent_env=agent_env, options=options, stop=stop

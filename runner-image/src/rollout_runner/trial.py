@@ -53,7 +53,7 @@ def trial_names(spec: RolloutTrialSpec, store: ObjectStore | None = None) -> lis
         spec.storage.prefix or "",
     ]
     if store is not None:
-        prefix = job_prefix(store.settings.prefix, spec.job_name) + f"{path}/"
+        prefix = job_prefix(store.location.prefix, spec.job_name) + f"{path}/"
         names += [prefix, store.uri(prefix + RESULT_JSON)]
     return names
 
@@ -103,9 +103,7 @@ async def run_trial(
         clock=clock,
         options=options,
         agent_env=agent_env,
-        redactor=Redactor(
-            [*agent_env.secrets, *store.settings.secrets()], keep=trial_names(spec, store)
-        ),
+        redactor=Redactor([*agent_env.secrets, *store.secrets()], keep=trial_names(spec, store)),
         record=TrialRecord(clock),
     )
     log.info(

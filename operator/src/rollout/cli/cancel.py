@@ -72,7 +72,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             f"namespace {cluster.namespace}, free it with: rollout release {job.name}",
             markup=False,
         )
-    prefix = job_prefix(store.settings.prefix if store else "", job.job_name)
+    prefix = job_prefix(store.location.prefix if store else "", job.job_name)
     if store is None:
         console.print(
             f"kept in storage: the results written so far under {prefix} and the dataset "

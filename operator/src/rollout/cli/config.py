@@ -41,49 +41,62 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.resources import StorageSpec
-from rollout.storage import (
-    ENV_BUCKET,
-    ENV_ENDPOINT,
-    ENV_PATH_STYLE,
-    ENV_PREFIX,
-    ENV_REGION,
-    StorageSettings,
+from rollout.api.storage import StorageLocation
+from rollout.settings import (
+    COMMAND_LINE,
+    RUNNER_IMAGE,
+    ConfigFileValues,
+    Origin,
+    Resolved,
+    Setting,
+)
+from rollout.settings import resolve as resolve_settings
+from rollout.storage import ObjectStore, StorageCredentials, credentials_from_env
+from rollout.storage.credentials import AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+from rollout.storage.settings import (
+    BUCKET,
+    CREDENTIALS_SECRET,
+    ENDPOINT,
+    PATH_STYLE,
+    PREFIX,
+    REGION,
 )
 
 ENV_CONFIG = "ROLLOUT_CONFIG"
-ENV_CREDENTIALS_SECRET = "ROLLOUT_STORAGE_CREDENTIALS_SECRET"  # noqa: S105 - a variable name
-ENV_CLUSTER_ENDPOINT = "ROLLOUT_STORAGE_CLUSTER_ENDPOINT"
-ENV_RUNNER_IMAGE = "ROLLOUT_RUNNER_IMAGE"
-COMMAND_LINE = "command line"
-ENVIRONMENT = "environment"
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+CLUSTER_ENDPOINT = Setting(
+    "cluster_endpoint",
+    "ROLLOUT_STORAGE_CLUSTER_ENDPOINT",
+    "--storage-cluster-endpoint",
+    "the endpoint trial Pods use, when it differs from --storage-endpoint",
+    metavar="URL",
+    key="storage.clusterEndpoint",
+)
+ENV_CLUSTER_ENDPOINT = CLUSTER_ENDPOINT.variable
 
-# setting -> (flag, environment variable, config file key)
-_SOURCES: dict[str, tuple[str, str, str]] = {
-    "bucket": ("--storage-bucket", ENV_BUCKET, "storage.bucket"),
-    "endpoint": ("--storage-endpoint", ENV_ENDPOINT, "storage.endpoint"),
-    "cluster_endpoint": (
-        "--storage-cluster-endpoint",
-        ENV_CLUSTER_ENDPOINT,
-        "storage.clusterEndpoint",
+STORAGE_SETTINGS: tuple[Setting, ...] = (
+    BUCKET.but(help="bucket for datasets and results", metavar="NAME"),
+    ENDPOINT.but(help="S3 endpoint (MinIO, GCS, ...)", metavar="URL"),
+    CLUSTER_ENDPOINT,
+    PREFIX.but(help="key prefix in the bucket", metavar="PREFIX"),
+    REGION.but(help="region of the bucket", metavar="REGION"),
+    PATH_STYLE.but(help="path-style addressing (MinIO needs it)"),
+    CREDENTIALS_SECRET.but(
+        help="Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) that trial Pods use for storage",
+        metavar="SECRET",
     ),
-    "prefix": ("--storage-prefix", ENV_PREFIX, "storage.prefix"),
-    "region": ("--storage-region", ENV_REGION, "storage.region"),
-    "path_style": ("--storage-path-style", ENV_PATH_STYLE, "storage.pathStyle"),
-    "credentials_secret": (
-        "--storage-credentials-secret",
-        ENV_CREDENTIALS_SECRET,
-        "storage.credentialsSecret",
-    ),
-    "runner_image": ("--runner-image", ENV_RUNNER_IMAGE, "runnerImage"),
-}
+)
+"""The CLI's storage settings, in the order of its --help."""
+
+CLI_RUNNER_IMAGE = RUNNER_IMAGE.but(
+    help=f"runner sidecar image ({RUNNER_IMAGE.variable}; default: the operator's)"
+)
+SETTINGS = (*STORAGE_SETTINGS, CLI_RUNNER_IMAGE)
 
 
 # --- the config file ------------------------------------------------------------------------------
@@ -196,7 +209,7 @@ class CliSettings:
     credentials_secret: str | None = None
     runner_image: str | None = None
     config_file: Path | None = None
-    origins: dict[str, tuple[str, str]] = field(default_factory=dict)
+    origins: dict[str, Origin] = field(default_factory=dict)
 
     @property
     def has_storage(self) -> bool:
@@ -208,35 +221,36 @@ class CliSettings:
             where = f" or `storage.bucket` in {self.config_file}" if self.config_file else ""
             raise InvalidInput.one(
                 COMMAND_LINE,
-                "--storage-bucket",
-                f"no object storage bucket is configured: pass --storage-bucket, set "
-                f"{ENV_BUCKET}{where}",
+                BUCKET.flag,
+                f"no object storage bucket is configured: pass {BUCKET.flag}, set "
+                f"{BUCKET.variable}{where}",
             )
         return self.bucket
 
-    def storage_settings(self, environ: Mapping[str, str]) -> StorageSettings:
-        """How the CLI itself reaches storage; credentials from the AWS variables when both are
-        set (so that messages can be scrubbed of them), else boto3's default chain."""
+    def storage_location(self) -> StorageLocation:
+        """Where the CLI itself reaches storage (its own endpoint, not the Pods')."""
         values: dict[str, Any] = {"bucket": self.require_bucket()}
-        if self.prefix is not None:
-            values["prefix"] = self.prefix
-        if self.endpoint is not None:
-            values["endpoint_url"] = self.endpoint
-        if self.region is not None:
-            values["region"] = self.region
-        if self.path_style is not None:
-            values["path_style"] = self.path_style
-        key_id = environ.get("AWS_ACCESS_KEY_ID", "").strip()
-        secret = environ.get("AWS_SECRET_ACCESS_KEY", "").strip()
-        if key_id and secret:
-            values["access_key_id"] = SecretStr(key_id)
-            values["secret_access_key"] = SecretStr(secret)
-            if token := environ.get("AWS_SESSION_TOKEN", "").strip():
-                values["session_token"] = SecretStr(token)
+        for name in ("prefix", "endpoint", "region", "path_style"):
+            if (value := getattr(self, name)) is not None:
+                values[name] = value
         try:
-            return StorageSettings(**values)
+            return StorageLocation(**values)
         except ValidationError as err:
             raise InvalidInput(self._problems(err)) from None
+
+    def storage_credentials(self, environ: Mapping[str, str]) -> StorageCredentials | None:
+        """The CLI's credentials from the AWS variables when both key and secret are set (so
+        that messages can be scrubbed of them), else None: boto3's default chain, which reads
+        the same variables itself, then profiles, SSO and instance roles."""
+        if not all(
+            environ.get(name, "").strip() for name in (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
+        ):
+            return None
+        return credentials_from_env(environ)
+
+    def object_store(self, environ: Mapping[str, str]) -> ObjectStore:
+        """The CLI's way to storage: `storage_location` with `storage_credentials`."""
+        return ObjectStore(self.storage_location(), self.storage_credentials(environ))
 
     def storage_spec(self) -> StorageSpec | None:
         """The RolloutJob's spec.storage, or None when no bucket is configured (the operator's
@@ -245,7 +259,7 @@ class CliSettings:
             return None
         return StorageSpec(
             bucket=self.bucket,
-            prefix=(self.prefix or "").strip("/"),
+            prefix=self.prefix or "",
             endpoint=self.cluster_endpoint or self.endpoint,
             region=self.region,
             path_style=bool(self.path_style),
@@ -265,19 +279,14 @@ class CliSettings:
             return None
         return (
             f"the storage endpoint {self.endpoint} is a loopback address, which trial Pods "
-            "cannot reach; give the address Pods use with --storage-cluster-endpoint "
-            f"({ENV_CLUSTER_ENDPOINT}, or storage.clusterEndpoint in the config file)"
+            f"cannot reach; give the address Pods use with {CLUSTER_ENDPOINT.flag} "
+            f"({CLUSTER_ENDPOINT.variable}, or {CLUSTER_ENDPOINT.key} in the config file)"
         )
 
     def _problems(self, err: ValidationError) -> list[Problem]:
-        fields = {"endpoint_url": "endpoint"}
-        problems = []
-        for error in err.errors(include_url=False):
-            name = str(error["loc"][0]) if error["loc"] else ""
-            setting = fields.get(name, name)
-            file, where = self.origins.get(setting, (COMMAND_LINE, setting))
-            problems.append(Problem(file, where, error["msg"].removeprefix("Value error, ")))
-        return problems
+        resolved = Resolved({s.name: s for s in SETTINGS}, origins=dict(self.origins))
+        resolved.report_invalid(err)
+        return resolved.problems
 
 
 def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -288,93 +297,52 @@ def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
         "(default ~/.config/rollout/config.yaml). Credentials: AWS_ACCESS_KEY_ID and "
         "AWS_SECRET_ACCESS_KEY, or boto3's default chain.",
     )
-    group.add_argument("--storage-bucket", metavar="NAME", help="bucket for datasets and results")
-    group.add_argument("--storage-endpoint", metavar="URL", help="S3 endpoint (MinIO, GCS, ...)")
-    group.add_argument(
-        "--storage-cluster-endpoint",
-        metavar="URL",
-        help="the endpoint trial Pods use, when it differs from --storage-endpoint",
-    )
-    group.add_argument("--storage-prefix", metavar="PREFIX", help="key prefix in the bucket")
-    group.add_argument("--storage-region", metavar="REGION", help="region of the bucket")
-    group.add_argument(
-        "--storage-path-style",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="path-style addressing (MinIO needs it)",
-    )
-    group.add_argument(
-        "--storage-credentials-secret",
-        metavar="SECRET",
-        help="Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) that trial Pods use for storage",
-    )
+    for setting in STORAGE_SETTINGS:
+        if setting.name == PATH_STYLE.name:  # --storage-path-style / --no-storage-path-style
+            group.add_argument(
+                setting.flag,
+                dest=setting.dest,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=setting.help,
+            )
+        else:
+            setting.add_flag(group, show_variable=False)
 
 
 def add_runner_image_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--runner-image",
-        metavar="IMAGE",
-        help=f"runner sidecar image ({ENV_RUNNER_IMAGE}; default: the operator's)",
-    )
+    CLI_RUNNER_IMAGE.add_flag(parser, show_variable=False)
 
 
 def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> CliSettings:
     """Merge flags, environment and config file; invalid values are reported where written."""
     path, named = config_path(environ)
     config = load_config(path, required=named)
-    from_file = _file_values(config)
-    values: dict[str, Any] = {}
-    origins: dict[str, tuple[str, str]] = {}
-    problems: list[Problem] = []
-    for setting, (flag, variable, key) in _SOURCES.items():
-        flag_value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
-        env_value = environ.get(variable, "").strip()
-        if flag_value is not None and flag_value != "":
-            values[setting], origins[setting] = flag_value, (COMMAND_LINE, flag)
-        elif env_value:
-            origins[setting] = (ENVIRONMENT, variable)
-            if setting == "path_style":
-                parsed = _boolean(env_value)
-                if parsed is None:
-                    problems.append(Problem(ENVIRONMENT, variable, f"{env_value!r} is not a bool"))
-                values[setting] = parsed
-            else:
-                values[setting] = env_value
-        elif setting in from_file:
-            values[setting], origins[setting] = from_file[setting], (str(path), key)
-    if "region" not in values:
-        for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-            if region := environ.get(variable, "").strip():
-                values["region"], origins["region"] = region, (ENVIRONMENT, variable)
-                break
-    if problems:
-        raise InvalidInput(problems)
-    settings = CliSettings(**values, config_file=path, origins=origins)
+    resolved = resolve_settings(
+        SETTINGS, environ, args, ConfigFileValues(str(path), _file_values(config))
+    )
+    resolved.raise_problems()
+    settings = CliSettings(**resolved.values, config_file=path, origins=resolved.origins)
     _check(settings)
     return settings
 
 
-def _boolean(text: str) -> bool | None:
-    lowered = text.lower()
-    return True if lowered in _TRUE else False if lowered in _FALSE else None
-
-
 def _check(settings: CliSettings) -> None:
-    """Report bad values at once, with the storage module's own rules, wherever they came from."""
+    """Report bad values at once, with the location's own rules, wherever they came from."""
     values: dict[str, Any] = {"bucket": settings.bucket or "placeholder"}
-    for name, setting in (("endpoint_url", "endpoint"), ("prefix", "prefix")):
-        if (value := getattr(settings, setting)) is not None:
+    for name in ("endpoint", "prefix"):
+        if (value := getattr(settings, name)) is not None:
             values[name] = value
     problems: list[Problem] = []
     try:
-        StorageSettings(**values)
+        StorageLocation(**values)
     except ValidationError as err:
         problems.extend(settings._problems(err))
     if settings.cluster_endpoint is not None:
         try:
-            StorageSettings(bucket="placeholder", endpoint_url=settings.cluster_endpoint)
+            StorageLocation(bucket="placeholder", endpoint=settings.cluster_endpoint)
         except ValidationError as err:
-            file, where = settings.origins["cluster_endpoint"]
+            file, where = settings.origins[CLUSTER_ENDPOINT.name]
             message = err.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
             problems.append(Problem(file, where, message))
     if problems:

@@ -38,7 +38,7 @@ def download_results(
     land outside the directory (a `..` segment, or through a symlink already there) stops it.
     """
     target = local_job_dir(jobs_dir, job_name)
-    base = job_prefix(store.settings.prefix, job_name)
+    base = job_prefix(store.location.prefix, job_name)
     return target, len(store.download_prefix(base, target, workers=workers))
 
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     jobs_dir = args.jobs_dir or Path(job.jobs_dir)
     target, count = download_results(store, job.job_name, jobs_dir)
     if count == 0:
-        where = store.uri(job_prefix(store.settings.prefix, job.job_name))
+        where = store.uri(job_prefix(store.location.prefix, job.job_name))
         known = "" if job.body is not None else f" (and no RolloutJob {job.name} was found)"
         raise CliError(f"no results of job {job.job_name} in storage at {where}{known}")
     console = make_console()

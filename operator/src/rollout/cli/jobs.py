@@ -24,7 +24,7 @@ from typing import Any
 from rollout.cli.config import CliSettings
 from rollout.cli.kube import Cluster
 from rollout.cli.kubeconfig import ClusterError
-from rollout.storage import ObjectStore, StorageSettings
+from rollout.storage import ObjectStore
 
 DEFAULT_JOBS_DIR = "jobs"
 
@@ -68,10 +68,8 @@ def find_job(cluster: Cluster | None, name: str) -> JobRef:
     return JobRef(name=resource, job_name=job_name, body=body)
 
 
-def results_storage(
-    job: JobRef, settings: CliSettings, environ: Mapping[str, str]
-) -> StorageSettings:
-    """How the CLI reads `job`'s results (see the module docstring)."""
+def results_settings(job: JobRef, settings: CliSettings) -> CliSettings:
+    """The CLI's settings for reading `job`'s results (see the module docstring)."""
     spec = job.spec.get("storage")
     if isinstance(spec, Mapping) and spec.get("bucket"):
         path_style = spec.get("pathStyle")
@@ -83,8 +81,8 @@ def results_storage(
             region=settings.region or spec.get("region"),
             path_style=settings.path_style if settings.path_style is not None else path_style,
         )
-    return settings.storage_settings(environ)
+    return settings
 
 
 def results_store(job: JobRef, settings: CliSettings, environ: Mapping[str, str]) -> ObjectStore:
-    return ObjectStore(results_storage(job, settings, environ))
+    return results_settings(job, settings).object_store(environ)

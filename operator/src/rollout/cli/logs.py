@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     )
     store = results_store(job, settings, environ)
     base = trial_prefix(
-        store.settings.prefix, job.job_name, place.agent, place.dataset, place.task, place.attempt
+        store.location.prefix, job.job_name, place.agent, place.dataset, place.task, place.attempt
     )
     present = set(store.list_keys(base))
     wanted = PHASE_FILES[args.phase] if args.phase else ALL_FILES

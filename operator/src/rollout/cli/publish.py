@@ -62,7 +62,7 @@ class PublishReport:
     manifest_uploaded: bool
 
     def describe(self, store: ObjectStore) -> str:
-        where = store.uri(dataset_manifest_key(store.settings.prefix, self.digest))
+        where = store.uri(dataset_manifest_key(store.location.prefix, self.digest))
         plural = "task" if self.tasks == 1 else "tasks"
         if not self.manifest_uploaded:
             return f"dataset {self.name} ({self.tasks} {plural}): already in storage at {where}"
@@ -77,7 +77,7 @@ def publish_datasets(
     store: ObjectStore, datasets: Sequence[PreparedDataset], *, workers: int = WORKERS
 ) -> list[PublishReport]:
     """Publish each dataset's bundle, skipping what storage already has (module docstring)."""
-    prefix = store.settings.prefix
+    prefix = store.location.prefix
     manifest_keys = [dataset_manifest_key(prefix, d.digest) for d in datasets]
     have_manifest = dict(
         zip(manifest_keys, parallel_map(store.exists, manifest_keys, workers), strict=True)
@@ -172,7 +172,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     settings = config.resolve(args, environ)
-    store_settings = settings.storage_settings(environ)
+    store = settings.object_store(environ)
     problems: list[Problem] = []
     prepared: list[PreparedDataset] = []
     for text in args.datasets:
@@ -182,7 +182,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             problems.extend(err.problems)
     if problems:
         raise InvalidInput(problems)
-    store = ObjectStore(store_settings)
     reports = publish_datasets(store, prepared)
     for report in reports:
         print(report.describe(store), file=sys.stderr)

@@ -36,7 +36,6 @@ from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import build_resources, cache_dir, prepare_job
 from rollout.cli.publish import publish_datasets
-from rollout.storage import ObjectStore
 
 _LONE_DOLLAR = re.compile(r"\$(?!\{[A-Za-z_][A-Za-z0-9_]*\})")
 
@@ -81,9 +80,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         storage=settings.storage_spec(),
         runner_image=settings.runner_image,
     )
-    store_settings = settings.storage_settings(environ) if args.publish else None
-    if store_settings is not None:
-        store = ObjectStore(store_settings)
+    if args.publish:
+        store = settings.object_store(environ)
         for report in publish_datasets(store, prepared.datasets):
             print(report.describe(store), file=sys.stderr)
     documents: list[str] = []

@@ -177,11 +177,11 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
     before anything is created, and reported together (`Problems`)."""
     problems: list[str] = []
     where_to_run = False  # a missing or unreachable cluster or storage: the quickstart helps
-    settings = store_settings = prepared = cluster = None
+    settings = store = prepared = cluster = None
     try:
         settings = config.resolve(args, environ)
         where_to_run = not settings.has_storage
-        store_settings = settings.storage_settings(environ)
+        store = settings.object_store(environ)
     except InvalidInput as err:
         problems += [str(p) for p in err.problems]
     try:
@@ -231,9 +231,7 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
                     f"with `rollout status {name} --watch`, delete it with `rollout cancel "
                     f"{name}`, or give the job another name in {args.job_file}"
                 )
-    store = None
-    if store_settings is not None and prepared is not None:
-        store = ObjectStore(store_settings)
+    if store is not None and prepared is not None:
         try:
             _check_no_old_results(store, prepared, args.job_file)
         except InvalidInput as err:
@@ -280,7 +278,7 @@ def _follow_and_download(
     if count:
         note(f"downloaded {count} files to {target}")
     else:
-        note(f"no results in storage at {store.uri(job_prefix(store.settings.prefix, job_name))}")
+        note(f"no results in storage at {store.uri(job_prefix(store.location.prefix, job_name))}")
     summary = load_summary(target, final)
     if summary is not None and (summary.rows or summary.total.trials):
         print_summary(console, summary)
@@ -293,7 +291,7 @@ def _follow_and_download(
 
 def _check_no_old_results(store: ObjectStore, prepared: PreparedJob, job_file: Path) -> None:
     """Refuse a job name whose results are already in storage: the two runs would mix."""
-    prefix = store.settings.prefix
+    prefix = store.location.prefix
     name = prepared.job.name
     for key in (job_config_key(prefix, name), job_result_key(prefix, name)):
         if store.exists(key):

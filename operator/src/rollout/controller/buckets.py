@@ -13,7 +13,8 @@ cluster (the quickstart's MinIO is `127.0.0.1:<port>` for it, a Service name for
 from __future__ import annotations
 
 from rollout.api.resources import StorageSpec
-from rollout.storage import ObjectStore, RetryPolicy, StorageSettings
+from rollout.api.storage import StorageLocation
+from rollout.storage import ObjectStore, RetryPolicy, StorageCredentials
 
 OPERATOR_RETRY = RetryPolicy(max_attempts=4, max_seconds=20.0)
 """Shorter than the runner's policy: a job's reconciler waits on these calls, and retries the
@@ -24,22 +25,10 @@ class NoStorage(Exception):
     """Neither the job nor the operator names a bucket."""
 
 
-def default_storage_spec(settings: StorageSettings) -> StorageSpec:
-    """The operator's default storage as a RolloutTrial's spec.storage (no credentials: trial
-    Pods mount the operator's configured Secret, see `pod.render_trial_pod`)."""
-    return StorageSpec(
-        bucket=settings.bucket,
-        prefix=settings.prefix,
-        endpoint=settings.endpoint_url,
-        region=settings.region,
-        path_style=settings.path_style,
-    )
-
-
-def job_storage_spec(
-    job_storage: StorageSpec | None, default: StorageSettings | None
-) -> StorageSpec:
-    """The storage of a job: its own spec.storage, else the operator's default."""
+def job_storage_spec(job_storage: StorageSpec | None, default: StorageSpec | None) -> StorageSpec:
+    """The storage of a job: its own spec.storage, else the operator's default (which names no
+    credentials Secret: trial Pods then mount the operator's configured one, see
+    `pod.render_trial_pod`)."""
     if job_storage is not None:
         return job_storage
     if default is None:
@@ -47,36 +36,40 @@ def job_storage_spec(
             "spec.storage is not set and the operator has no default storage "
             "(ROLLOUT_STORAGE_BUCKET): name a bucket in spec.storage"
         )
-    return default_storage_spec(default)
+    return default
 
 
-def operator_settings(spec: StorageSpec, default: StorageSettings | None) -> StorageSettings:
-    """How the operator itself reaches `spec`'s bucket: its place from `spec`, the credentials
-    and timeouts from the operator's own settings (or the AWS default chain without them)."""
-    base = default or StorageSettings(bucket=spec.bucket)
-    update: dict[str, object] = {"bucket": spec.bucket, "prefix": spec.prefix.strip("/")}
-    if default is None or spec.bucket != default.bucket:
-        update["endpoint_url"] = spec.endpoint.rstrip("/") if spec.endpoint else None
-        update["path_style"] = spec.path_style
-        if spec.region:
-            update["region"] = spec.region
-    return StorageSettings.model_validate({**base.model_dump(), **update})
+def operator_location(spec: StorageLocation, default: StorageLocation | None) -> StorageLocation:
+    """How the operator itself reaches `spec`'s bucket: the operator's own way to its default
+    bucket (endpoint, region, addressing) with `spec`'s prefix; any other bucket as `spec` says,
+    signed for the operator's region when `spec` names none."""
+    if default is not None and spec.bucket == default.bucket:
+        return default.model_copy(update={"prefix": spec.prefix})
+    if default is not None and not spec.region:
+        return spec.model_copy(update={"region": default.region})
+    return spec
 
 
 class StoreCache:
-    """One ObjectStore (one boto3 client, one connection pool) per distinct storage settings."""
+    """One ObjectStore (one boto3 client, one connection pool) per distinct location, all with
+    the operator's own credentials (or boto3's default chain without them)."""
 
     def __init__(
-        self, default: StorageSettings | None, retry: RetryPolicy = OPERATOR_RETRY
+        self,
+        default: StorageLocation | None,
+        credentials: StorageCredentials | None = None,
+        retry: RetryPolicy = OPERATOR_RETRY,
     ) -> None:
         self.default = default
+        self._credentials = credentials
         self._retry = retry
         self._stores: dict[str, ObjectStore] = {}
 
-    def for_spec(self, spec: StorageSpec) -> ObjectStore:
-        settings = operator_settings(spec, self.default)
-        key = settings.model_dump_json()  # includes secrets only in memory, as SecretStr repr
+    def for_spec(self, spec: StorageLocation) -> ObjectStore:
+        location = operator_location(spec, self.default)
+        # The location's own fields only: jobs that differ in their Pods' Secret share a client.
+        key = location.model_dump_json(include=set(StorageLocation.model_fields))
         store = self._stores.get(key)
         if store is None:
-            store = self._stores[key] = ObjectStore(settings, retry=self._retry)
+            store = self._stores[key] = ObjectStore(location, self._credentials, retry=self._retry)
         return store

@@ -99,7 +99,7 @@ class DatasetResolver:
         for index, ref in enumerate(refs):
             tasks = self._cache.get(ref.digest)
             if tasks is None:
-                key = dataset_manifest_key(store.settings.prefix, ref.digest)
+                key = dataset_manifest_key(store.location.prefix, ref.digest)
                 where = f"spec.datasets[{index}] ({ref.name}): manifest {store.uri(key)}"
                 try:
                     data = await asyncio.to_thread(store.get_bytes, key)

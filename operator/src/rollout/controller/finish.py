@@ -71,7 +71,7 @@ class WrittenResult:
 
 
 def _write(store: ObjectStore, job: RolloutJob, result: JobResult) -> WrittenResult:
-    prefix = store.settings.prefix
+    prefix = store.location.prefix
     config_key = job_config_key(prefix, job.job_name)
     result_key = job_result_key(prefix, job.job_name)
     config = json.dumps(config_json(job), indent=2, ensure_ascii=False) + "\n"

@@ -40,11 +40,10 @@ from rollout.api.resources import (
     PodOverrides,
     RolloutTrial,
     RolloutTrialSpec,
-    StorageSpec,
 )
 from rollout.api.trials import TrialKey, trial_labels
 from rollout.controller.config import OperatorConfig
-from rollout.storage import ENV_CREDENTIALS_DIR, ENV_REGION, StorageSettings
+from rollout.storage import ENV_CREDENTIALS_DIR, location_env
 from rollout_runner import termination
 from rollout_runner.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
 from rollout_runner.spec import SPEC_ENV_VAR, agent_env_var_name
@@ -312,9 +311,7 @@ def runner_container(
         {"name": TRIAL_NAME_ENV_VAR, "value": trial_name},
         {"name": SPEC_ENV_VAR, "value": spec_json},
     ]
-    env += [
-        {"name": key, "value": value} for key, value in storage_env(spec.storage, where).items()
-    ]
+    env += [{"name": key, "value": value} for key, value in location_env(spec.storage).items()]
     mounts: list[dict[str, Any]] = [
         {"name": CONTROL_VOLUME, "mountPath": CONTROL_DIR},
         {"name": LOGS_VOLUME, "mountPath": LOGS_DIR},
@@ -404,39 +401,6 @@ def trial_spec_json(spec: RolloutTrialSpec) -> str:
         separators=(",", ":"),
         ensure_ascii=False,
     )
-
-
-def storage_env(storage: StorageSpec, where: str = "RolloutTrial") -> dict[str, str]:
-    """The runner's ROLLOUT_STORAGE_* variables (no credentials: those come from a Secret).
-
-    The region is left out when the trial names none, so that the runner falls back to
-    AWS_REGION and then us-east-1 as `StorageSettings.from_env` does.
-    """
-    try:
-        settings = StorageSettings(
-            bucket=storage.bucket,
-            prefix=storage.prefix,
-            endpoint_url=storage.endpoint,
-            path_style=storage.path_style,
-            **({"region": storage.region} if storage.region else {}),
-        )
-    except ValidationError as err:
-        names = {"endpoint_url": "endpoint", "path_style": "pathStyle"}
-        problems = [
-            Problem(
-                where,
-                "spec.storage." + names.get(str(e["loc"][0]), str(e["loc"][0]))
-                if e["loc"]
-                else "spec.storage",
-                e["msg"].removeprefix("Value error, "),
-            )
-            for e in err.errors(include_url=False)
-        ]
-        raise InvalidInput(problems) from None
-    env = settings.to_env()
-    if not storage.region:
-        del env[ENV_REGION]
-    return env
 
 
 def agent_secret_env(spec: RolloutTrialSpec) -> list[dict[str, Any]]:

@@ -92,7 +92,7 @@ class Runtime:
         self.config = config
         self.api = api
         self.metrics = metrics
-        self.stores = stores or StoreCache(config.storage)
+        self.stores = stores or StoreCache(config.storage, config.storage_credentials)
         self.datasets = datasets or DatasetResolver()
         self._wakers: dict[tuple[str, str], Waker] = {}
         self._deleted_pods: dict[tuple[str, str, str], float] = {}

@@ -7,11 +7,14 @@ total time; any other answer (403, 404, NoSuchBucket, ...) fails at once. Failur
 object, the endpoint and the last error, and never a credential. Retries are logged at WARNING
 on the "rollout.storage" logger.
 
-Keys are full keys; `ObjectStore.key(*parts)` joins parts under the configured prefix, e.g.
+Keys are full keys; `ObjectStore.key(*parts)` joins parts under the location's prefix, e.g.
 `store.key("jobs", job, "result.json")`.
 
-Configuration from the environment (`StorageSettings.from_env`), the contract with the Helm chart
-and with the trial Pod the operator renders; empty values count as unset:
+An `ObjectStore` is given a location (`rollout.api.storage.StorageLocation`: bucket, prefix,
+endpoint, region, addressing) and, beside it, the credentials to use there (`StorageCredentials`,
+or None for boto3's default chain). A process reads both from its environment
+(`storage_from_env`), the contract with the Helm chart and with the trial Pod the operator
+renders; empty values count as unset:
 
     ROLLOUT_STORAGE_BUCKET           bucket for datasets and results (required)
     ROLLOUT_STORAGE_PREFIX           key prefix for everything of ours (default: none)
@@ -29,6 +32,12 @@ AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN variables when set, else boto3's def
 logged.
 """
 
+from rollout.api.storage import StorageLocation
+from rollout.storage.credentials import (
+    StorageCredentials,
+    credentials_from_env,
+    read_credentials_dir,
+)
 from rollout.storage.retry import ObjectNotFound, RetryPolicy, RetryStats, StorageError
 from rollout.storage.settings import (
     ENV_BUCKET,
@@ -37,8 +46,8 @@ from rollout.storage.settings import (
     ENV_PATH_STYLE,
     ENV_PREFIX,
     ENV_REGION,
-    StorageSettings,
-    read_credentials_dir,
+    location_env,
+    storage_from_env,
 )
 from rollout.storage.store import ObjectStore, join_key
 
@@ -53,8 +62,12 @@ __all__ = [
     "ObjectStore",
     "RetryPolicy",
     "RetryStats",
+    "StorageCredentials",
     "StorageError",
-    "StorageSettings",
+    "StorageLocation",
+    "credentials_from_env",
     "join_key",
+    "location_env",
     "read_credentials_dir",
+    "storage_from_env",
 ]

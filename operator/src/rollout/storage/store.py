@@ -15,6 +15,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from rollout.api.storage import DEFAULT_REGION, StorageLocation
+from rollout.storage.credentials import StorageCredentials
 from rollout.storage.retry import (
     NOT_FOUND_CODES,
     RetryPolicy,
@@ -24,7 +26,6 @@ from rollout.storage.retry import (
     error_code,
     logger,
 )
-from rollout.storage.settings import StorageSettings
 
 T = TypeVar("T")
 
@@ -61,6 +62,9 @@ def folder(prefix: str) -> str:
 class ObjectStore:
     """An S3-compatible bucket through boto3, with `RetryPolicy` applied to every call.
 
+    `location` says where (bucket, prefix, endpoint, region, addressing), `credentials` who we
+    are there (None: boto3's default chain). The timeouts bound each attempt.
+
     Keys: every method takes *full* keys, exactly as they are in the bucket. `key(*parts)` builds
     one under the configured prefix (`store.key("jobs", job, "result.json")`); code that reads
     keys back from `list_keys` can pass them on unchanged. Methods that take a `key_prefix` for a
@@ -73,20 +77,27 @@ class ObjectStore:
 
     def __init__(
         self,
-        settings: StorageSettings,
+        location: StorageLocation,
+        credentials: StorageCredentials | None = None,
         *,
         retry: RetryPolicy | None = None,
+        connect_timeout_seconds: float = 10.0,
+        read_timeout_seconds: float = 60.0,
         multipart_threshold: int = 64 * MIB,
         multipart_chunksize: int = 16 * MIB,
         max_concurrency: int = 4,
     ) -> None:
         if multipart_chunksize < MIN_PART_SIZE:
             raise ValueError(f"multipart_chunksize must be at least {MIN_PART_SIZE} bytes")
-        self.settings = settings
+        if connect_timeout_seconds <= 0 or read_timeout_seconds <= 0:
+            raise ValueError("the connect and read timeouts must be more than 0 seconds")
+        self.location = location
         self.retry = retry or RetryPolicy()
         self.stats = RetryStats()
-        self._secrets = settings.secrets()
-        self._client = _make_client(settings)
+        self._secrets = credentials.secrets() if credentials else []
+        self._client = _make_client(
+            location, credentials, connect_timeout_seconds, read_timeout_seconds
+        )
         self._transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -98,12 +109,21 @@ class ObjectStore:
 
     @property
     def bucket(self) -> str:
-        return self.settings.bucket
+        return self.location.bucket
+
+    @property
+    def endpoint_name(self) -> str:
+        """The endpoint as error messages name it."""
+        return self.location.endpoint or f"AWS S3 ({self.location.signing_region})"
+
+    def secrets(self) -> list[str]:
+        """The credentials' secret values, so that messages can be scrubbed of them."""
+        return list(self._secrets)
 
     def key(self, *parts: str) -> str:
         """A full key: the configured prefix, then `parts` joined with '/'."""
-        if self.settings.prefix:
-            return join_key(self.settings.prefix, *parts)
+        if self.location.prefix:
+            return join_key(self.location.prefix, *parts)
         return join_key(*parts)
 
     def uri(self, key: str) -> str:
@@ -115,7 +135,7 @@ class ObjectStore:
             operation=operation,
             key=key,
             what=self.uri(key) if key is not None else f"s3://{self.bucket}",
-            endpoint=self.settings.endpoint_name,
+            endpoint=self.endpoint_name,
             policy=self.retry,
             stats=self.stats,
             secrets=self._secrets,
@@ -253,7 +273,7 @@ class ObjectStore:
                     f"refusing to download {self.uri(key)}: it would be written outside {root}",
                     operation="download_prefix",
                     key=key,
-                    endpoint=self.settings.endpoint_name,
+                    endpoint=self.endpoint_name,
                     attempts=0,
                     transient=False,
                 )
@@ -294,12 +314,12 @@ class ObjectStore:
         if errors := response.get("Errors"):
             first = errors[0]
             raise StorageError(
-                f"storage delete_prefix of {self.uri(base)} at {self.settings.endpoint_name}"
+                f"storage delete_prefix of {self.uri(base)} at {self.endpoint_name}"
                 f" could not delete {len(errors)} objects, e.g. {first.get('Key')}:"
                 f" {first.get('Code')} {first.get('Message')}",
                 operation="delete_prefix",
                 key=base,
-                endpoint=self.settings.endpoint_name,
+                endpoint=self.endpoint_name,
                 attempts=1,
                 transient=False,
                 code=first.get("Code"),
@@ -318,8 +338,9 @@ class ObjectStore:
                 if error_code(err) not in ("404", "NoSuchBucket", "NotFound"):
                     raise
             args: dict[str, Any] = {"Bucket": self.bucket}
-            if self.settings.region != "us-east-1":
-                args["CreateBucketConfiguration"] = {"LocationConstraint": self.settings.region}
+            region = self.location.signing_region
+            if region != DEFAULT_REGION:
+                args["CreateBucketConfiguration"] = {"LocationConstraint": region}
             try:
                 self._client.create_bucket(**args)
             except ClientError as err:
@@ -330,30 +351,35 @@ class ObjectStore:
         self._call("ensure_bucket", None, ensure)
 
 
-def _make_client(settings: StorageSettings) -> Any:
+def _make_client(
+    location: StorageLocation,
+    credentials: StorageCredentials | None,
+    connect_timeout_seconds: float,
+    read_timeout_seconds: float,
+) -> Any:
     config = Config(
         signature_version="s3v4",
-        connect_timeout=settings.connect_timeout_seconds,
-        read_timeout=settings.read_timeout_seconds,
+        connect_timeout=connect_timeout_seconds,
+        read_timeout=read_timeout_seconds,
         # tenacity is the one retry policy: botocore makes exactly one attempt per call.
         retries={"total_max_attempts": 1, "mode": "standard"},
-        s3={"addressing_style": "path" if settings.path_style else "auto"},
+        s3={"addressing_style": "path" if location.path_style else "auto"},
         # Checksums only where S3 requires them: several S3-compatible stores (GCS interop,
         # older MinIO) reject the newer default checksum headers.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    session = boto3.session.Session(
-        aws_access_key_id=_reveal(settings.access_key_id),
-        aws_secret_access_key=_reveal(settings.secret_access_key),
-        aws_session_token=_reveal(settings.session_token),
-        region_name=settings.region,
-    )
-    return session.client("s3", endpoint_url=settings.endpoint_url, config=config)
-
-
-def _reveal(secret: Any) -> str | None:
-    return None if secret is None else str(secret.get_secret_value())
+    if credentials is None:
+        session = boto3.session.Session(region_name=location.signing_region)
+    else:
+        token = credentials.session_token
+        session = boto3.session.Session(
+            aws_access_key_id=credentials.access_key_id.get_secret_value(),
+            aws_secret_access_key=credentials.secret_access_key.get_secret_value(),
+            aws_session_token=token.get_secret_value() if token else None,
+            region_name=location.signing_region,
+        )
+    return session.client("s3", endpoint_url=location.endpoint, config=config)
 
 
 def _walk(root: Path) -> list[Path]:

@@ -70,7 +70,7 @@ async def _wait_for_environment(ctx: TrialContext) -> bool:
 async def _fetch_task(ctx: TrialContext) -> Task | None:
     """Download and unpack the task; record task_not_found / task_invalid and return None."""
     spec = ctx.spec
-    key = task_archive_key(ctx.store.settings.prefix, spec.task_content_hash)
+    key = task_archive_key(ctx.store.location.prefix, spec.task_content_hash)
     uri = ctx.store.uri(key)
     try:
         data = await in_daemon_thread(lambda: ctx.store.get_bytes(key))

@@ -29,6 +29,7 @@ from rollout.api.problems import FieldErrors
 from rollout.api.rules import (
     duplicate_problems,
 )
+from rollout.api.storage import StorageSpec as StorageSpec  # spec.storage: rollout.api.storage
 
 GROUP = "rollout.dev"
 VERSION = "v1alpha1"
@@ -128,28 +129,7 @@ class AgentSpec(AgentBase):
         return value
 
 
-# --- storage and pods -----------------------------------------------------------------------------
-
-
-class StorageSpec(ApiModel):
-    """S3-compatible object storage for datasets and results.
-
-    The credentials Secret, when named, holds `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`
-    (and optionally `AWS_SESSION_TOKEN`); without it the ambient credentials apply (e.g. IRSA).
-    """
-
-    bucket: str = Field(min_length=1, description="Bucket name.")
-    prefix: str = Field("", description="Key prefix under which datasets/, tasks/, jobs/ live.")
-    endpoint: str | None = Field(
-        None, description="Endpoint URL for non-AWS storage (MinIO, GCS interop)."
-    )
-    region: str | None = Field(None, description="Region of the bucket.")
-    path_style: bool = Field(
-        False, description="Address the bucket in the URL path (needed by MinIO)."
-    )
-    credentials_secret: str | None = Field(
-        None, description="Name of a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY."
-    )
+# --- pods -----------------------------------------------------------------------------------------
 
 
 class TolerationOperator(StrEnum):

@@ -1,0 +1,214 @@
+"""The operator's settings as users give them: one `Setting` per variable and flag.
+
+The variables are the contract with the Helm chart (charts/rollout-operator sets them; the
+README's "Chart values" lists them); each flag has the meaning of its variable. The storage
+settings are declared with the rest of storage (`rollout.storage.settings`); the help texts
+below say what they mean to the operator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import ValidationError
+
+from rollout.api.job_settings import LogLevel
+from rollout.api.resources import PodOverrides
+from rollout.settings import RUNNER_IMAGE, Setting, boolean, comma_list, seconds, whole_number
+from rollout.storage.settings import (
+    BUCKET,
+    CREDENTIALS_DIR,
+    CREDENTIALS_SECRET,
+    ENDPOINT,
+    PATH_STYLE,
+    PREFIX,
+    REGION,
+)
+
+DEFAULT_PEERING = "rollout-operator"
+
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+PULL_POLICIES: tuple[PullPolicy, ...] = ("Always", "IfNotPresent", "Never")
+
+
+def _pull_policy(text: str) -> str:
+    for policy in PULL_POLICIES:
+        if text.lower() == policy.lower():
+            return policy
+    raise ValueError(f"{text!r} is not one of {', '.join(PULL_POLICIES)}")
+
+
+def _log_level(text: str) -> LogLevel:
+    try:
+        return LogLevel(text.lower())
+    except ValueError:
+        names = ", ".join(level.value for level in LogLevel)
+        raise ValueError(f"{text!r} is not one of {names}") from None
+
+
+def _peering(text: str) -> str | None:
+    return text or None
+
+
+def _pod_overrides(text: str) -> PodOverrides | None:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"is not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError("must be a JSON object with the fields of a RolloutJob's spec.pod")
+    try:
+        overrides = PodOverrides.model_validate(data)
+    except ValidationError as err:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+            for e in err.errors(include_url=False)
+        )
+        raise ValueError(f"is not a valid spec.pod ({details})") from None
+    return None if overrides == PodOverrides() else overrides
+
+
+NAMESPACES = Setting(
+    "namespaces",
+    "ROLLOUT_NAMESPACES",
+    "--namespace",
+    "namespace to watch (repeat, or separate with commas); none: the whole cluster",
+    comma_list,
+    "NAMESPACE",
+    repeatable=True,
+)
+OPERATOR_RUNNER_IMAGE = RUNNER_IMAGE.but(
+    help="runner image for RolloutJobs without spec.runnerImage (required)"
+)
+PEERING = Setting(
+    "peering_name",
+    "ROLLOUT_PEERING",
+    "--peering",
+    f'kopf peering name; "" for standalone (default: {DEFAULT_PEERING})',
+    _peering,
+    "NAME",
+    empty_is_a_value=True,
+)
+
+OPERATOR_SETTINGS: tuple[Setting, ...] = (
+    NAMESPACES,
+    OPERATOR_RUNNER_IMAGE,
+    Setting(
+        "runner_image_pull_policy",
+        "ROLLOUT_RUNNER_IMAGE_PULL_POLICY",
+        "--runner-image-pull-policy",
+        "imagePullPolicy of the runner container (default: IfNotPresent)",
+        _pull_policy,
+        "POLICY",
+    ),
+    CREDENTIALS_SECRET.but(
+        name="storage_credentials_secret",
+        help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY that trial Pods mount",
+        metavar="SECRET",
+    ),
+    Setting(
+        "trial_service_account",
+        "ROLLOUT_TRIAL_SERVICE_ACCOUNT",
+        "--trial-service-account",
+        "serviceAccountName of trial Pods (default: the namespace's default)",
+        metavar="NAME",
+    ),
+    PEERING,
+    Setting(
+        "clusterwide_peering",
+        "ROLLOUT_CLUSTERWIDE_PEERING",
+        "--clusterwide-peering",
+        "true: ClusterKopfPeering; false: namespaced KopfPeering (default: true when watching "
+        "the whole cluster)",
+        boolean,
+        "BOOL",
+    ),
+    Setting(
+        "metrics_port",
+        "ROLLOUT_METRICS_PORT",
+        "--metrics-port",
+        "Prometheus metrics port, path /metrics (default: 9090)",
+        whole_number,
+        "PORT",
+    ),
+    Setting(
+        "health_port",
+        "ROLLOUT_HEALTH_PORT",
+        "--health-port",
+        "liveness/readiness port, path /healthz (default: 8080)",
+        whole_number,
+        "PORT",
+    ),
+    Setting(
+        "worker_limit",
+        "ROLLOUT_WORKER_LIMIT",
+        "--worker-limit",
+        "kopf worker limit: handlers running at once (default: 50)",
+        whole_number,
+        "N",
+    ),
+    Setting(
+        "log_level",
+        "ROLLOUT_LOG_LEVEL",
+        "--log-level",
+        "debug, info, warning or error (default: info)",
+        _log_level,
+        "LEVEL",
+    ),
+    Setting(
+        "default_pod_overrides",
+        "ROLLOUT_DEFAULT_POD_OVERRIDES",
+        "--default-pod-overrides",
+        "JSON of default trial Pod overrides (nodeSelector, tolerations, runtimeClassName, "
+        "priorityClassName, imagePullSecrets); a RolloutJob's spec.pod wins field by field",
+        _pod_overrides,
+        "JSON",
+    ),
+    Setting(
+        "unschedulable_grace_sec",
+        "ROLLOUT_UNSCHEDULABLE_GRACE_SEC",
+        "--unschedulable-grace-sec",
+        "how long a trial Pod may be Unschedulable before the trial fails (default: 600)",
+        seconds,
+        "SECONDS",
+    ),
+    Setting(
+        "image_pull_grace_sec",
+        "ROLLOUT_IMAGE_PULL_GRACE_SEC",
+        "--image-pull-grace-sec",
+        "how long an image may fail to pull before the trial fails (default: 120)",
+        seconds,
+        "SECONDS",
+    ),
+    Setting(
+        "status_interval_sec",
+        "ROLLOUT_STATUS_INTERVAL_SEC",
+        "--status-interval-sec",
+        "least seconds between two status patches of one RolloutJob (default: 2)",
+        seconds,
+        "SECONDS",
+    ),
+    Setting(
+        "pod_termination_grace_sec",
+        "ROLLOUT_POD_TERMINATION_GRACE_SEC",
+        "--pod-termination-grace-sec",
+        "terminationGracePeriodSeconds of trial Pods (default: 10)",
+        whole_number,
+        "SECONDS",
+    ),
+)
+"""The settings of `OperatorConfig`'s own fields, each named as its field."""
+
+STORAGE_SETTINGS: tuple[Setting, ...] = (
+    BUCKET.but(help="default bucket for RolloutJobs without spec.storage"),
+    PREFIX.but(help="key prefix in the default bucket"),
+    ENDPOINT.but(help="S3 endpoint URL (default: AWS S3)"),
+    REGION.but(help="region of the default bucket"),
+    PATH_STYLE.but(help="true/false: path-style addressing (MinIO)"),
+    CREDENTIALS_DIR.but(help="directory of the operator's own mounted storage credentials Secret"),
+)
+"""The operator's default storage and its own credentials (`OperatorConfig.storage`)."""
+
+SETTINGS = OPERATOR_SETTINGS + STORAGE_SETTINGS
+"""Every setting of the operator, in the order of `rollout-operator --help`."""
