@@ -133,7 +133,7 @@ def runner_message(
     result_uri: str | None = None,
     total_sec: float = 12.5,
 ) -> str:
-    """A runner's termination message (rollout_runner.termination's fields)."""
+    """A runner's termination message (rollout.api.wire.termination's fields)."""
     return json.dumps(
         {
             "reward": reward,

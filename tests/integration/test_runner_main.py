@@ -15,9 +15,9 @@ from runner_kit import fast_store, make_spec, new_container_dir, publish_task, t
 
 from fakecontainer import fake_container, requires_fake_container
 from rollout.api.errors import ErrorType
+from rollout.api.wire.spec import agent_env_var_name
+from rollout.api.wire.termination import MAX_BYTES
 from rollout.storage import StorageSettings
-from rollout_runner.spec import agent_env_var_name
-from rollout_runner.termination import MAX_BYTES
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from runner_kit import (
 )
 
 from fakecontainer import eventually, fake_container, requires_fake_container
+from rollout.api.wire.termination import MAX_BYTES
 from rollout.storage import ObjectStore, RetryPolicy, StorageSettings
-from rollout_runner.termination import MAX_BYTES
 from s3server import S3Server
 
 pytestmark = [pytest.mark.integration, requires_fake_container()]
