@@ -20,7 +20,10 @@ from paths import (
     shared_task_dirs,
     task_dirs,
 )
-from rollout.api.bundle import (
+from rollout.api.dataset import load_local_dataset
+from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.taskdir import task_content_hash
+from rollout.datasets.bundle import (
     DatasetManifest,
     build_manifest,
     canonical_json,
@@ -28,9 +31,6 @@ from rollout.api.bundle import (
     manifest_digest,
     task_archive,
 )
-from rollout.api.dataset import load_local_dataset
-from rollout.api.errors import ErrorType, InvalidInput
-from rollout.api.taskdir import task_content_hash
 
 HELLO_WORLD = HARBOR / "hello-world"
 

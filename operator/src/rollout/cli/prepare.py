@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.api.bundle import DatasetManifest, build_manifest, manifest_digest
 from rollout.api.dataset import (
     Dataset,
     fetch_registry_dataset,
@@ -36,6 +35,7 @@ from rollout.api.job import (
 )
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
 from rollout.api.translate import job_to_rollout_job
+from rollout.datasets.bundle import DatasetManifest, build_manifest, manifest_digest
 
 ENV_CACHE_DIR = "ROLLOUT_CACHE_DIR"
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from rollout.api.bundle import DatasetManifest
 from rollout.api.errors import InvalidInput
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.resources import DatasetRef
 from rollout.api.task import TaskConfig
+from rollout.datasets.bundle import DatasetManifest
 from rollout.storage import ObjectNotFound, ObjectStore
 
 
