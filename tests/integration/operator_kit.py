@@ -21,10 +21,11 @@ import rollout.controller.handlers  # noqa: F401 - registers the operator's hand
 from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Identity, Kube
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
+from rollout.api.manifest import canonical_json, manifest_digest
 from rollout.api.trials import enumerate_trials, trial_resource_name
 from rollout.controller.config import OperatorConfig
 from rollout.controller.metrics import OperatorMetrics
-from rollout.datasets.bundle import build_manifest, canonical_json, manifest_digest
+from rollout.datasets.bundle import build_manifest
 from rollout.storage import ObjectStore, StorageSettings
 
 GROUP = "rollout.dev"

@@ -35,9 +35,10 @@ from cli_kit import (
 
 from kube import ROLLOUT_JOBS, SECRETS, Kube
 from rollout.api.dataset import load_local_dataset
+from rollout.api.manifest import manifest_digest
 from rollout.api.taskdir import task_content_hash
 from rollout.cli.kube import WATCH_TIMEOUT_SEC
-from rollout.datasets.bundle import build_manifest, manifest_digest
+from rollout.datasets.bundle import build_manifest
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration

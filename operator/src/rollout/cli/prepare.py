@@ -18,13 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.api.dataset import (
-    Dataset,
-    fetch_registry_dataset,
-    find_registry_dataset,
-    load_local_dataset,
-    load_registry,
-)
+from rollout.api.dataset import Dataset, find_registry_dataset, load_local_dataset
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import (
     EnvironmentType,
@@ -33,9 +27,11 @@ from rollout.api.job import (
     load_job,
     resolve_agent_env,
 )
+from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
 from rollout.api.translate import job_to_rollout_job
-from rollout.datasets.bundle import DatasetManifest, build_manifest, manifest_digest
+from rollout.datasets.bundle import build_manifest
+from rollout.datasets.registry import fetch_registry_dataset, load_registry
 
 ENV_CACHE_DIR = "ROLLOUT_CACHE_DIR"
 

@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from rollout.api.errors import InvalidInput
 from rollout.api.layout import dataset_manifest_key
+from rollout.api.manifest import DatasetManifest
 from rollout.api.resources import DatasetRef
 from rollout.api.task import TaskConfig
-from rollout.datasets.bundle import DatasetManifest
 from rollout.storage import ObjectNotFound, ObjectStore
 
 
