@@ -31,6 +31,7 @@ from rollout.api.errors import InvalidInput, Problem, problems_from_validation_e
 from rollout.api.job import EnvironmentType
 from rollout.api.resources import (
     API_VERSION,
+    GROUP,
     LABEL_AGENT,
     LABEL_DATASET,
     LABEL_JOB,
@@ -51,9 +52,9 @@ from rollout.storage import ENV_CREDENTIALS_DIR, ENV_REGION, StorageSettings
 ENVIRONMENT_CONTAINER = "environment"
 RUNNER_CONTAINER = "runner"
 
-LABEL_COMPONENT = "rollout.dev/component"
+LABEL_COMPONENT = f"{GROUP}/component"
 TRIAL_POD_COMPONENT = "trial-pod"
-ANNOTATION_RETRY = "rollout.dev/retry"
+ANNOTATION_RETRY = f"{GROUP}/retry"
 """How many times the trial's Pod was replaced after an infrastructure loss (0 for the first)."""
 
 TRIAL_LABELS = (LABEL_JOB, LABEL_TRIAL, LABEL_AGENT, LABEL_DATASET, LABEL_TASK)
