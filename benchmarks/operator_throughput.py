@@ -49,9 +49,10 @@ from pydantic import SecretStr  # noqa: E402
 
 import kube_real  # noqa: E402
 from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, EmulatedKube, Identity, Kube, kube_api  # noqa: E402
-from rollout.api.bundle import build_manifest, canonical_json, manifest_digest  # noqa: E402
 from rollout.api.dataset import load_local_dataset  # noqa: E402
 from rollout.api.layout import dataset_manifest_key  # noqa: E402
+from rollout.api.manifest import canonical_json, manifest_digest  # noqa: E402
+from rollout.datasets.bundle import build_manifest  # noqa: E402
 from rollout.storage import ObjectStore, StorageCredentials, StorageLocation  # noqa: E402
 from s3server import S3Server  # noqa: E402
 

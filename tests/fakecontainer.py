@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_runner.shim import CONTROL_DIR, SHIM_NAME, SHIM_TEXT, shim_command
+from rollout.api.wire.shim import CONTROL_DIR, SHIM_NAME, SHIM_TEXT, shim_command
 
 SHELLS = ("/bin/sh", "busybox", "/bin/bash")
 AGENT_USER = "agent"

@@ -35,9 +35,10 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from paths import REPO
-from rollout.api.bundle import build_manifest, canonical_json, manifest_digest, task_archive
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key, job_result_key, task_archive_key, trial_prefix
+from rollout.api.manifest import canonical_json, manifest_digest
+from rollout.datasets.bundle import build_manifest, task_archive
 from rollout.storage import ObjectStore, storage_from_env
 
 pytestmark = pytest.mark.e2e

@@ -20,12 +20,13 @@ from s3_kit import S3Settings
 
 import rollout.controller.handlers  # noqa: F401 - registers the operator's handlers
 from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Identity, Kube
-from rollout.api.bundle import build_manifest, canonical_json, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
+from rollout.api.manifest import canonical_json, manifest_digest
 from rollout.api.trials import enumerate_trials, trial_resource_name
 from rollout.controller.config import OperatorConfig
 from rollout.controller.metrics import OperatorMetrics
+from rollout.datasets.bundle import build_manifest
 from rollout.storage import ObjectStore
 
 GROUP = "rollout.dev"
@@ -135,7 +136,7 @@ def runner_message(
     result_uri: str | None = None,
     total_sec: float = 12.5,
 ) -> str:
-    """A runner's termination message (rollout_runner.termination's fields)."""
+    """A runner's termination message (rollout.api.wire.termination's fields)."""
     return json.dumps(
         {
             "reward": reward,

@@ -2,7 +2,7 @@
 
 Tasks come from tests/data/tasks (offline tasks: their scripts need only sh, bash and coreutils)
 and are published into the test's S3 bucket the way the CLI publishes them: the archive of
-`rollout.api.bundle` under `rollout.api.layout.task_archive_key`.
+`rollout.datasets.bundle` under `rollout.api.layout.task_archive_key`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 from s3_kit import S3Settings
 
 from fakecontainer import FakeContainer, fake_container
-from rollout.api.bundle import task_archive
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.taskdir import task_content_hash
+from rollout.datasets.bundle import task_archive
 from rollout.storage import ObjectStore, RetryPolicy
 from rollout_runner.context import RunnerOptions
 from rollout_runner.environment import Environment

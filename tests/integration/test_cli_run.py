@@ -35,10 +35,11 @@ from cli_kit import (
 from s3_kit import S3Settings
 
 from kube import ROLLOUT_JOBS, SECRETS, Kube
-from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
+from rollout.api.manifest import manifest_digest
 from rollout.api.taskdir import task_content_hash
 from rollout.cli.kube import WATCH_TIMEOUT_SEC
+from rollout.datasets.bundle import build_manifest
 from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration

@@ -22,16 +22,10 @@ from typing import Any
 
 import pytest
 
-from rollout.api.dataset import (
-    Registry,
-    RegistryDataset,
-    fetch_registry_dataset,
-    find_registry_dataset,
-    load_registry,
-    parse_registry,
-)
+from rollout.api.dataset import Registry, RegistryDataset, find_registry_dataset, parse_registry
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.taskdir import task_content_hash
+from rollout.datasets.registry import fetch_registry_dataset, load_registry
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from fakecontainer import fake_container, requires_fake_container
 from paths import REPO
-from rollout.api.bundle import task_archive
+from rollout.datasets.bundle import task_archive
 
 pytestmark = [pytest.mark.integration, requires_fake_container()]
 

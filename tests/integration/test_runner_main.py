@@ -16,8 +16,8 @@ from s3_kit import S3Settings
 
 from fakecontainer import fake_container, requires_fake_container
 from rollout.api.errors import ErrorType
-from rollout_runner.spec import agent_env_var_name
-from rollout_runner.termination import MAX_BYTES
+from rollout.api.wire.spec import agent_env_var_name
+from rollout.api.wire.termination import MAX_BYTES
 
 pytestmark = pytest.mark.integration
 

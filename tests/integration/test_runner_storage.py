@@ -20,8 +20,8 @@ from runner_kit import (
 from s3_kit import S3Settings
 
 from fakecontainer import eventually, fake_container, requires_fake_container
+from rollout.api.wire.termination import MAX_BYTES
 from rollout.storage import ObjectStore, RetryPolicy
-from rollout_runner.termination import MAX_BYTES
 from s3server import S3Server
 
 pytestmark = [pytest.mark.integration, requires_fake_container()]

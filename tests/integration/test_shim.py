@@ -22,7 +22,7 @@ from fakecontainer import (
     requires_fake_container,
     shell_params,
 )
-from rollout_runner import shim
+from rollout.api.wire import shim
 from rollout_runner.shim_environment import ShimEnvironment
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ from s3_kit import S3Settings
 from fakecontainer import requires_fake_container
 from kube import PODS, ROLLOUT_JOBS, SECRETS, Kube
 from kubelet import run_trial_pod
-from rollout.api.bundle import task_archive
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.taskdir import task_content_hash
+from rollout.datasets.bundle import task_archive
 from rollout.storage import ObjectStore
 
 pytestmark = [pytest.mark.integration, requires_fake_container()]

@@ -20,17 +20,12 @@ from paths import (
     shared_task_dirs,
     task_dirs,
 )
-from rollout.api.bundle import (
-    DatasetManifest,
-    build_manifest,
-    canonical_json,
-    extract_task_archive,
-    manifest_digest,
-    task_archive,
-)
 from rollout.api.dataset import load_local_dataset
 from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.manifest import DatasetManifest, canonical_json, manifest_digest
 from rollout.api.taskdir import task_content_hash
+from rollout.datasets.bundle import build_manifest, task_archive
+from rollout_runner.archive import extract_task_archive
 
 HELLO_WORLD = HARBOR / "hello-world"
 

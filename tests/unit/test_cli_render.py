@@ -14,9 +14,10 @@ import yaml
 
 from crd_rules import validate_object
 from paths import DATA, REPO
-from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
+from rollout.api.manifest import manifest_digest
 from rollout.cli.main import main
+from rollout.datasets.bundle import build_manifest
 
 JOB_CRD = REPO / "crds" / "rollout.dev_rolloutjobs.yaml"
 SECRET_VALUE = "sk-render-5d1e-never-in-git"

@@ -13,6 +13,7 @@ from kubelet import container_argv, container_env
 from rollout.api.errors import InvalidInput
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.trials import is_label_value, label_value, trial_resource_name
+from rollout.api.wire.shim import CONTROL_DIR, shim_command
 from rollout.controller.config import OperatorConfig
 from rollout.controller.pod import (
     STORAGE_CREDENTIALS_DIR,
@@ -21,7 +22,6 @@ from rollout.controller.pod import (
 )
 from rollout.storage import storage_from_env
 from rollout_runner.main import build_parser
-from rollout_runner.shim import CONTROL_DIR, shim_command
 from rollout_runner.spec import load_spec, resolve_agent_env
 
 KUBERNETES_VERSIONS = ("1.25", "1.28", "1.33")

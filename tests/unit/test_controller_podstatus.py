@@ -9,6 +9,8 @@ import pytest
 
 from rollout.api.errors import ErrorType
 from rollout.api.resources import TrialPhase
+from rollout.api.wire import termination
+from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.config import OperatorConfig
 from rollout.controller.pod import render_trial_pod
 from rollout.controller.podstatus import (
@@ -21,8 +23,6 @@ from rollout.controller.podstatus import (
     classify_pod,
     pod_phase_for_status,
 )
-from rollout_runner import termination
-from rollout_runner.termination import TerminationMessage
 
 CREATED = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 SCHEDULED = CREATED + timedelta(seconds=5)

@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from rollout.api.aggregate import TrialOutcome
-from rollout.api.bundle import build_manifest, canonical_json
 from rollout.api.dataset import load_local_dataset
+from rollout.api.manifest import canonical_json
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import JobResult
 from rollout.controller.buckets import NoStorage, StoreCache, job_storage_spec, operator_location
@@ -23,6 +23,7 @@ from rollout.controller.datasets import DatasetProblem, parse_manifest
 from rollout.controller.finish import config_json, job_result
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.settings import FINALIZER, configure_settings
+from rollout.datasets.bundle import build_manifest
 from rollout.storage import StorageCredentials
 
 # --- kopf settings --------------------------------------------------------------------------------

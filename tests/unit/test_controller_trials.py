@@ -14,6 +14,7 @@ from rollout.api.errors import ErrorType
 from rollout.api.resources import RolloutJob, RolloutTrial, StorageSpec, TrialPhase
 from rollout.api.task import parse_task_config
 from rollout.api.trials import TrialKey
+from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.config import OperatorConfig
 from rollout.controller.datasets import ResolvedTask
 from rollout.controller.index import PodEntry, TrialEntry
@@ -30,7 +31,6 @@ from rollout.controller.trials import (
     image_build_message,
     trial_manifest,
 )
-from rollout_runner.termination import TerminationMessage
 
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
 CONFIG = OperatorConfig(runner_image="runner:1")

@@ -13,13 +13,14 @@ import yaml
 
 from crd_rules import validate_object
 from paths import REPO
-from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.job import load_job
+from rollout.api.manifest import manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob
 from rollout.api.taskdir import load_task
 from rollout.api.translate import job_to_rollout_job
 from rollout.cli.main import main
+from rollout.datasets.bundle import build_manifest
 
 EXAMPLES = REPO / "examples"
 JOB_FILE = EXAMPLES / "job.yaml"

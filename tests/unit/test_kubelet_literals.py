@@ -15,10 +15,11 @@ import pytest
 
 from kubelet import container_argv, container_env, expand
 from rollout.api.resources import RolloutTrialSpec
+from rollout.api.wire.shim import shim_command
+from rollout.api.wire.spec import agent_env_var_name, trial_spec_json
 from rollout.controller.config import OperatorConfig
-from rollout.controller.pod import kubelet_literal, render_trial_pod, trial_spec_json
-from rollout_runner.shim import shim_command
-from rollout_runner.spec import agent_env_var_name, load_spec
+from rollout.controller.pod import kubelet_literal, render_trial_pod
+from rollout_runner.spec import load_spec
 
 # The script a maintainer ran on a real cluster; main's Pod turned it into
 # `pid-literal: $$ pid: $ sub: sub-ok home: `.

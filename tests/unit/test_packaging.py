@@ -103,7 +103,7 @@ def test_ignore_file_keeps_the_rest_out() -> None:
         assert not sent_to_docker(path), path
     assert not sent_to_docker("operator/src/rollout/__pycache__/x.pyc")
     assert sent_to_docker("operator/src/rollout/api/crd.py")
-    assert sent_to_docker("runner-image/src/rollout_runner/shim.sh")
+    assert sent_to_docker("operator/src/rollout/api/wire/shim.sh")
 
 
 def test_kind_cluster_has_a_control_plane_two_workers_and_the_registry_patch() -> None:

@@ -10,13 +10,8 @@ import pytest
 
 from rollout.api.errors import InvalidInput
 from rollout.api.resources import AgentSpec
-from rollout_runner.spec import (
-    SPEC_ENV_VAR,
-    agent_env_var_name,
-    load_spec,
-    parse_spec,
-    resolve_agent_env,
-)
+from rollout.api.wire.spec import SPEC_ENV_VAR, agent_env_var_name, parse_spec
+from rollout_runner.spec import load_spec, resolve_agent_env
 
 SPEC: dict[str, Any] = {
     "jobName": "job",

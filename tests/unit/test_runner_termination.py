@@ -9,7 +9,7 @@ import pytest
 
 from rollout.api.errors import ErrorType
 from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
-from rollout_runner.termination import (
+from rollout.api.wire.termination import (
     MAX_BYTES,
     TRUNCATED,
     TerminationMessage,

@@ -15,6 +15,9 @@ from pathlib import Path
 
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.resources import RolloutTrialSpec
+from rollout.api.wire import termination
+from rollout.api.wire.shim import CONTROL_DIR
+from rollout.api.wire.spec import AGENT_ENV_PREFIX, SPEC_ENV_VAR
 from rollout.storage import (
     ENV_BUCKET,
     ENV_CREDENTIALS_DIR,
@@ -27,18 +30,11 @@ from rollout.storage import (
     StorageLocation,
     storage_from_env,
 )
-from rollout_runner import termination
+from rollout_runner import termination as termination_log
 from rollout_runner.context import RunnerOptions
 from rollout_runner.redact import MIN_SECRET_LENGTH, RedactingFilter, Redactor
-from rollout_runner.shim import CONTROL_DIR
 from rollout_runner.shim_environment import ShimEnvironment
-from rollout_runner.spec import (
-    AGENT_ENV_PREFIX,
-    SPEC_ENV_VAR,
-    AgentEnv,
-    load_spec,
-    resolve_agent_env,
-)
+from rollout_runner.spec import AgentEnv, load_spec, resolve_agent_env
 from rollout_runner.trial import TrialReport, run_trial, trial_names
 
 log = logging.getLogger("rollout_runner")
@@ -195,7 +191,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     finally:
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
-    termination.write(args.termination_log, report.termination_message())
+    termination_log.write(args.termination_log, report.termination_message())
     return EXIT_OK
 
 
@@ -223,7 +219,7 @@ def _fail(path: Path, message: str, code: int, redactor: Redactor | None = None)
     log.error("%s", message)
     fields = termination.from_result(None, result_uri=None, upload_error=None)
     fields["error"] = {"type": ErrorType.INTERNAL_ERROR.value, "message": message}
-    termination.write(path, termination.render(fields))
+    termination_log.write(path, termination.render(fields))
     return code
 
 

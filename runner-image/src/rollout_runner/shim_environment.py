@@ -1,8 +1,8 @@
 """`ShimEnvironment`: the trial Pod's environment container, driven through the shim's control dir.
 
-The runner and the shim share only a directory (see `rollout_runner.shim` for the protocol). Each
-operation writes a request there and polls, with short asyncio sleeps, for the shim's answer; the
-runner enforces every timeout itself and asks the shim to kill what overstays.
+The runner and the shim share only a directory (see `rollout.api.wire.shim` for the protocol).
+Each operation writes a request there and polls, with short asyncio sleeps, for the shim's answer;
+the runner enforces every timeout itself and asks the shim to kill what overstays.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 
-from rollout_runner import shim
+from rollout.api.wire import shim
 from rollout_runner.environment import (
     NO_ENV,
     Environment,

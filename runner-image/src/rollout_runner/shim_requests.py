@@ -1,5 +1,5 @@
 """The runner's side of the shim's file protocol: what the shim reports when ready, and the
-request directories through which the runner asks it to run a command (see `rollout_runner.shim`
+request directories through which the runner asks it to run a command (see `rollout.api.wire.shim`
 for the protocol itself)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout_runner import shim
+from rollout.api.wire import shim
 from rollout_runner.environment import EnvironmentFailure
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

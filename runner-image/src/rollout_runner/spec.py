@@ -1,11 +1,8 @@
 """The trial the runner is asked to run: the RolloutTrial spec and the agent's env values.
 
-The operator hands the runner container the RolloutTrial's `.spec` as JSON (camelCase, as in the
-resource), either in the environment variable `ROLLOUT_TRIAL_SPEC` or in a file named by
-`--spec`. Agent env values that come from Secrets never appear in the spec: the operator maps each
-agent EnvVar with `valueFrom.secretKeyRef` to a variable of the runner container itself, named by
-`agent_env_var_name` (`ROLLOUT_AGENT_ENV_<NAME>`), and the runner reads it from its own
-environment. Literal values (`value:`) come from the spec.
+The runner's side of `rollout.api.wire.spec`: it reads the spec from the file named by `--spec`,
+or else from the variable `SPEC_ENV_VAR`, and takes the values of Secret-sourced agent env vars
+from its own environment (`agent_env_var_name`). Literal values (`value:`) come from the spec.
 """
 
 from __future__ import annotations
@@ -14,25 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from rollout.api.errors import InvalidInput, Problem, problems_from_validation_error
+from rollout.api.errors import InvalidInput, Problem
 from rollout.api.resources import AgentSpec, RolloutTrialSpec
-
-SPEC_ENV_VAR = "ROLLOUT_TRIAL_SPEC"
-"""The runner container's variable holding the trial spec as JSON (when --spec is not given)."""
-
-AGENT_ENV_PREFIX = "ROLLOUT_AGENT_ENV_"
-
-
-def agent_env_var_name(name: str) -> str:
-    """The runner container's variable that carries the Secret-sourced agent env var `name`.
-
-    The operator sets `ROLLOUT_AGENT_ENV_<name>` from the same secretKeyRef in the runner
-    container; agent env names are shell names (letters, digits, underscores), so the result is
-    one too.
-    """
-    return f"{AGENT_ENV_PREFIX}{name}"
+from rollout.api.wire.spec import SPEC_ENV_VAR, agent_env_var_name, parse_spec
 
 
 @dataclass(frozen=True)
@@ -67,14 +48,6 @@ def load_spec(path: Path | None, environ: Mapping[str, str]) -> RolloutTrialSpec
                 "is not set: give the trial spec as JSON in it, or as a file with --spec",
             )
     return parse_spec(text, source)
-
-
-def parse_spec(text: str | bytes, source: str = "trial spec") -> RolloutTrialSpec:
-    """Validate the JSON of a RolloutTrial spec; problems name `source` and the field."""
-    try:
-        return RolloutTrialSpec.model_validate_json(text)
-    except ValidationError as err:
-        raise InvalidInput(problems_from_validation_error(err, source)) from None
 
 
 def resolve_agent_env(agent: AgentSpec, environ: Mapping[str, str]) -> AgentEnv:

@@ -27,8 +27,8 @@ from rollout.api.errors import ErrorType
 from rollout.api.layout import RESULT_JSON, job_prefix, trial_path
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialResult
+from rollout.api.wire import termination
 from rollout.storage import ObjectStore
-from rollout_runner import termination
 from rollout_runner.clock import SYSTEM_CLOCK, Clock
 from rollout_runner.context import RunnerOptions, TrialContext
 from rollout_runner.environment import Environment

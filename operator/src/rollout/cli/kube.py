@@ -38,8 +38,8 @@ WATCH_TIMEOUT_SEC = 60
 WATCH_RECONNECTS = 5
 """Consecutive failed watch attempts (e.g. the API server restarting) before giving up."""
 INSTALL_HINT = (
-    "the RolloutJob resource (rolloutjobs.rollout.dev) is not installed in this cluster: "
-    "install the rollout operator's Helm chart (charts/rollout-operator) first"
+    f"the {RolloutJob.resource.kind} resource ({RolloutJob.resource.crd_name}) is not installed "
+    "in this cluster: install the rollout operator's Helm chart (charts/rollout-operator) first"
 )
 
 

@@ -18,20 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.api.bundle import DatasetManifest, build_manifest, manifest_digest
-from rollout.api.dataset import (
-    Dataset,
-    fetch_registry_dataset,
-    find_registry_dataset,
-    load_local_dataset,
-    load_registry,
-)
+from rollout.api.dataset import Dataset, find_registry_dataset, load_local_dataset
 from rollout.api.environment import EnvironmentType
 from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobConfig, JobDataset, load_job
+from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
 from rollout.api.translate import job_to_rollout_job
+from rollout.datasets.bundle import build_manifest
+from rollout.datasets.registry import fetch_registry_dataset, load_registry
 
 ENV_CACHE_DIR = "ROLLOUT_CACHE_DIR"
 

@@ -2,8 +2,8 @@
 
 A bundle is one archive per task, `tasks/<content hash>.tar.gz`, and a manifest,
 `datasets/<manifest digest>.json`, listing the tasks in order with their parsed task.toml and
-content hash (rollout.api.bundle, rollout.api.layout). Both are named by what they hold, so an
-object that exists never needs writing again:
+content hash (rollout.datasets.bundle, rollout.api.manifest, rollout.api.layout). Both are named
+by what they hold, so an object that exists never needs writing again:
 
 - a manifest is uploaded last, after all of its task archives, so a manifest in storage means the
   whole bundle is there and nothing of that dataset is looked at again;
@@ -25,15 +25,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rollout.api.bundle import canonical_json, task_archive
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobDataset, RegistrySource
 from rollout.api.layout import dataset_manifest_key, task_archive_key
+from rollout.api.manifest import canonical_json
 from rollout.api.problems import validation_problems
 from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import PreparedDataset, cache_dir, prepare_dataset
 from rollout.cli.threads import parallel_map
+from rollout.datasets.bundle import task_archive
 from rollout.storage import ObjectStore
 
 WORKERS = 8

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from rollout.api.bundle import DatasetManifest
 from rollout.api.errors import InvalidInput
 from rollout.api.layout import dataset_manifest_key
+from rollout.api.manifest import DatasetManifest
 from rollout.api.resources import DatasetRef
 from rollout.api.task import TaskConfig
 from rollout.storage import ObjectNotFound, ObjectStore

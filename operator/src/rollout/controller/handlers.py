@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from rollout.api.resources import GROUP, LABEL_TRIAL, VERSION
+from rollout.api.resources import GROUP, LABEL_TRIAL, VERSION, RolloutJob, RolloutTrial
 from rollout.api.trials import label_value
 from rollout.controller.config import OperatorConfig
 from rollout.controller.index import PodEntry, TrialEntry, index_pod, index_trial, pod_trial_name
@@ -31,8 +31,8 @@ from rollout.controller.metrics import OperatorMetrics, default_metrics
 from rollout.controller.runtime import Runtime
 from rollout.controller.settings import configure_settings
 
-JOBS = "rolloutjobs"
-TRIALS = "rollouttrials"
+JOBS = RolloutJob.resource.plural
+TRIALS = RolloutTrial.resource.plural
 TRIAL_PODS = {LABEL_TRIAL: kopf.PRESENT}
 
 log = logging.getLogger(__name__)

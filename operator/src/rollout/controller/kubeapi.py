@@ -27,13 +27,13 @@ import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
-from rollout.api.resources import GROUP, VERSION
+from rollout.api.resources import GROUP, VERSION, RolloutJob, RolloutTrial
 from rollout.controller.metrics import OperatorMetrics
 
 T = TypeVar("T")
 
-TRIALS = "rollouttrials"
-JOBS = "rolloutjobs"
+TRIALS = RolloutTrial.resource.plural
+JOBS = RolloutJob.resource.plural
 REQUEST_TIMEOUT_SEC = 30.0
 WORKERS = 16
 

@@ -4,9 +4,9 @@ A pure builder: it takes the RolloutTrial object and the operator's settings and
 manifest as a dict, so that it is tested without a cluster. Layout (DESIGN.md, "RolloutTrial and
 its Pod"):
 
-- `environment`: the task's image running the shim (`rollout_runner.shim.shim_command`), with the
-  task's resources as requests and limits, the shim's control directory and /logs mounted, and
-  nothing else: no env, no token, no credentials. Agents run arbitrary code here.
+- `environment`: the task's image running the shim (`rollout.api.wire.shim.shim_command`), with
+  the task's resources as requests and limits, the shim's control directory and /logs mounted,
+  and nothing else: no env, no token, no credentials. Agents run arbitrary code here.
 - `runner`: the sidecar, which gets the trial spec as JSON, the storage settings (never a secret
   value: credentials come from a mounted Secret) and the agent's Secret-sourced env vars as
   `valueFrom` references that the kubelet resolves (the operator reads no Secret).
@@ -21,7 +21,6 @@ byte.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +31,7 @@ from rollout.api.environment import EnvironmentType
 from rollout.api.errors import InvalidInput, Problem, problems_from_validation_error
 from rollout.api.resources import (
     API_VERSION,
+    GROUP,
     LABEL_AGENT,
     LABEL_DATASET,
     LABEL_JOB,
@@ -42,18 +42,18 @@ from rollout.api.resources import (
     RolloutTrialSpec,
 )
 from rollout.api.trials import TrialKey, trial_labels
+from rollout.api.wire import termination
+from rollout.api.wire.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
+from rollout.api.wire.spec import SPEC_ENV_VAR, agent_env_var_name, trial_spec_json
 from rollout.controller.config import OperatorConfig
 from rollout.storage import ENV_CREDENTIALS_DIR, location_env
-from rollout_runner import termination
-from rollout_runner.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
-from rollout_runner.spec import SPEC_ENV_VAR, agent_env_var_name
 
 ENVIRONMENT_CONTAINER = "environment"
 RUNNER_CONTAINER = "runner"
 
-LABEL_COMPONENT = "rollout.dev/component"
+LABEL_COMPONENT = f"{GROUP}/component"
 TRIAL_POD_COMPONENT = "trial-pod"
-ANNOTATION_RETRY = "rollout.dev/retry"
+ANNOTATION_RETRY = f"{GROUP}/retry"
 """How many times the trial's Pod was replaced after an infrastructure loss (0 for the first)."""
 
 TRIAL_LABELS = (LABEL_JOB, LABEL_TRIAL, LABEL_AGENT, LABEL_DATASET, LABEL_TASK)
@@ -389,18 +389,6 @@ def pod_deadline_sec(spec: RolloutTrialSpec) -> int:
         + DEADLINE_MARGIN_SEC
     )
     return math.ceil(budget)
-
-
-def trial_spec_json(spec: RolloutTrialSpec) -> str:
-    """The spec as the runner reads it (`rollout_runner.spec.load_spec`): compact camelCase JSON.
-
-    Agent env vars from Secrets appear only as their `valueFrom` references, never as values.
-    """
-    return json.dumps(
-        spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
 
 
 def agent_secret_env(spec: RolloutTrialSpec) -> list[dict[str, Any]]:

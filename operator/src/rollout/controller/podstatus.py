@@ -31,9 +31,9 @@ from pydantic import ValidationError
 
 from rollout.api.errors import ErrorType
 from rollout.api.resources import TrialPhase
+from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.config import OperatorConfig
 from rollout.controller.pod import ENVIRONMENT_CONTAINER, RUNNER_CONTAINER
-from rollout_runner.termination import TerminationMessage
 
 # --- verdicts -------------------------------------------------------------------------------------
 

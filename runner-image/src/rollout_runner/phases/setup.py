@@ -16,11 +16,11 @@ import shlex
 import shutil
 from pathlib import Path
 
-from rollout.api.bundle import extract_task_archive
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.layout import task_archive_key
 from rollout.api.taskdir import INSTRUCTION, Task, load_task, require_oracle_solution, tree_hash
 from rollout.storage import ObjectNotFound, StorageError
+from rollout_runner.archive import extract_task_archive
 from rollout_runner.context import AGENT_LOGS, LOGS, TESTS, VERIFIER_LOGS, TrialContext
 from rollout_runner.environment import EnvironmentFailure
 from rollout_runner.record import Phase

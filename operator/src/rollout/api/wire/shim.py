@@ -3,7 +3,8 @@
 The trial Pod's `environment` container runs the task's image with `shim_command()` as its command,
 so the shim works on any image that has /bin/sh (dash, bash, busybox ash). The runner container
 cannot exec into it; everything it does there goes through files in the control directory, an
-emptyDir mounted at `CONTROL_DIR` in both containers. `ShimEnvironment` is the runner's side.
+emptyDir mounted at `CONTROL_DIR` in both containers. The operator puts the shim in the Pod
+(`rollout.controller.pod`); the runner's side is `rollout_runner.shim_environment`.
 
 Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
 
@@ -74,7 +75,7 @@ MAX_ARGUMENT_BYTES = 128 * 1024 - 1
 """Linux refuses one argument or environment string longer than this (MAX_ARG_STRLEN); the
 command and the encoded env each travel as one."""
 
-SHIM_TEXT: str = resources.files("rollout_runner").joinpath("shim.sh").read_text(encoding="utf-8")
+SHIM_TEXT: str = resources.files("rollout.api.wire").joinpath("shim.sh").read_text(encoding="utf-8")
 """The shim's source, passed inline to `/bin/sh -c`."""
 
 

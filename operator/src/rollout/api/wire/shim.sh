@@ -1,5 +1,5 @@
 # rollout shim: runs the runner's requests found in the control dir $1.
-# POSIX sh (dash, bash --posix, busybox ash). The protocol is documented in rollout_runner/shim.py.
+# POSIX sh (dash, bash --posix, busybox ash). Protocol: rollout/api/wire/shim.py.
 C=${1:-/rollout}; Q=$C/req; W=$PWD; H=
 mkdir -p "$Q" || exit 125
 S=; command -v setsid >/dev/null 2>&1 && S=setsid
