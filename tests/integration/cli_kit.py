@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kube import ROLLOUT_JOBS, Kube
+from kubeharness.kube import ROLLOUT_JOBS, Kube
 from rollout.api.layout import (
     COMMAND_STDERR,
     COMMAND_STDOUT,

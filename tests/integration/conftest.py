@@ -11,9 +11,9 @@ from typing import Protocol
 import pytest
 from pydantic import SecretStr
 
-import kube_real
-from kube import CRDS_DIR, Kube, kube_api
-from kube_real import ControlPlane, RealKube
+from kubeharness.kube import CRDS_DIR, Kube, kube_api
+from kubeharness.real import kube as kube_real
+from kubeharness.real.kube import ControlPlane, RealKube
 from rollout.storage import ObjectStore, StorageSettings
 from s3server import S3Server
 

@@ -19,7 +19,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kube import Identity, Kube
+from kubeharness.kube import Identity, Kube
 from paths import REPO
 
 pytestmark = pytest.mark.integration

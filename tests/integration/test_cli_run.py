@@ -33,7 +33,7 @@ from cli_kit import (
     write_results,
 )
 
-from kube import ROLLOUT_JOBS, SECRETS, Kube
+from kubeharness.kube import ROLLOUT_JOBS, SECRETS, Kube
 from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.taskdir import task_content_hash

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_kit import Cli, Workspace, rollout_job
 
-from kube import ROLLOUT_JOBS, Kube, kube_api
+from kubeharness.kube import ROLLOUT_JOBS, Kube, kube_api
 from rollout.cli.run import QUICKSTART_HINT
 from rollout.storage import ObjectStore, StorageSettings
 

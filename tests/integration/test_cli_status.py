@@ -16,7 +16,7 @@ from cli_kit import (
     wait_for_watch,
 )
 
-from kube import ROLLOUT_JOBS, Kube
+from kubeharness.kube import ROLLOUT_JOBS, Kube
 from rollout.api.translate import resource_name
 from rollout.storage import StorageSettings
 

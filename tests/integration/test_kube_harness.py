@@ -24,7 +24,7 @@ import kopf
 import kubernetes.client
 import pytest
 
-from kube import (
+from kubeharness.kube import (
     CRDS_DIR,
     EVENTS,
     GROUP,

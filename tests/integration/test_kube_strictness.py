@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kube import CRDS, Identity, Kube, operator_user
+from kubeharness.kube import CRDS, Identity, Kube, operator_user
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import kubernetes.client
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kube import PODS, Identity, Kube
+from kubeharness.kube import PODS, Identity, Kube
 from rollout.controller.kubeapi import WORKERS, KubeApi
 from rollout.controller.metrics import OperatorMetrics
 

@@ -18,7 +18,7 @@ from operator_kit import (
     runner_message,
 )
 
-from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
+from kubeharness.kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
 from rollout.api.layout import job_result_key
 from rollout.api.resources import FINALIZER
 from rollout.api.results import JobResult

@@ -18,7 +18,7 @@ from operator_kit import (
     runner_message,
 )
 
-from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, waiting
+from kubeharness.kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, waiting
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.storage import ObjectStore, StorageSettings
 

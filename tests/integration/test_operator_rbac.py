@@ -22,7 +22,7 @@ from operator_kit import (
     publish,
 )
 
-from kube import ROLLOUT_JOBS, Identity, Kube
+from kubeharness.kube import ROLLOUT_JOBS, Identity, Kube
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration

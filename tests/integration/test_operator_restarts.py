@@ -39,7 +39,7 @@ from operator_kit import (
     publish,
 )
 
-from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Identity, Kube
+from kubeharness.kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Identity, Kube
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration

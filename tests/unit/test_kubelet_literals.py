@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kubelet import container_argv, container_env, expand
+from kubeharness.kubelet import container_argv, container_env, expand
 from rollout.api.resources import RolloutTrialSpec
 from rollout.controller.config import OperatorConfig
 from rollout.controller.pod import kubelet_literal, render_trial_pod, trial_spec_json

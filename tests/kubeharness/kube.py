@@ -83,7 +83,7 @@ SECRETS = "v1/secrets"
 NAMESPACES = "v1/namespaces"
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 DEFAULT_NAMESPACE = "default"
-CRDS_DIR = Path(__file__).resolve().parents[1] / "crds"
+CRDS_DIR = Path(__file__).resolve().parents[2] / "crds"
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 ALL_VERBS = frozenset(
@@ -1488,7 +1488,7 @@ class Identity(enum.Enum):
     """A person or a CI pipeline running the `rollout` CLI or kubectl: a cluster admin."""
 
 
-CHART = Path(__file__).resolve().parents[1] / "charts" / "rollout-operator"
+CHART = Path(__file__).resolve().parents[2] / "charts" / "rollout-operator"
 OPERATOR_RELEASE = "rollout-operator"
 RELEASE_NAMESPACES = {
     Identity.OPERATOR: "rollout-system",

@@ -56,7 +56,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from kube import (
+from kubeharness.kube import (
     CRDS,
     CRDS_DIR,
     NAMESPACES,

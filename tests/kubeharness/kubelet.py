@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from fakecontainer import FakeContainer, fake_container
-from kube import Kube, running, terminated
+from kubeharness.kube import Kube, running, terminated
 
 Body = dict[str, Any]
 

@@ -1,0 +1,1 @@
+"""A real control plane (etcd, kube-apiserver, kube-controller-manager) behind `Kube`."""
