@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from kubeharness.kube import ROLLOUT_JOBS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 from rollout.api.layout import (
     COMMAND_STDERR,
     COMMAND_STDOUT,

@@ -11,9 +11,11 @@ from typing import Protocol
 import pytest
 from pydantic import SecretStr
 
-from kubeharness.kube import CRDS_DIR, Kube, kube_api
-from kubeharness.real import kube as kube_real
-from kubeharness.real.kube import ControlPlane, RealKube
+from kubeharness.emulator.emulated import kube_api
+from kubeharness.kube import Kube
+from kubeharness.real.kube import RealKube
+from kubeharness.real.plane import ControlPlane, find_binaries, unavailable_reason
+from kubeharness.resources import CRDS_DIR
 from rollout.storage import ObjectStore, StorageSettings
 from s3server import S3Server
 
@@ -79,7 +81,7 @@ def s3_settings(make_s3_settings: MakeS3Settings) -> StorageSettings:
 
 BACKEND_ENV = "ROLLOUT_TEST_KUBE"
 """`emulator` or `real` to choose the Kubernetes API of the operator's and the CLI's tests;
-unset: a real control plane when kube_real finds its binaries, else the emulator."""
+unset: a real control plane when `find_binaries()` finds its binaries, else the emulator."""
 
 
 @pytest.fixture(scope="session")
@@ -88,13 +90,13 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     wanted = os.environ.get(BACKEND_ENV, "")
     if wanted not in ("", "emulator", "real"):
         raise pytest.UsageError(f"{BACKEND_ENV} must be 'emulator' or 'real', not {wanted!r}")
-    reason = kube_real.unavailable_reason()
+    reason = unavailable_reason()
     if wanted == "emulator" or (wanted == "" and reason is not None):
         yield None
         return
     if reason is not None:
         pytest.fail(f"{BACKEND_ENV}=real, but {reason}")
-    binaries = kube_real.find_binaries()
+    binaries = find_binaries()
     assert binaries is not None
     plane = ControlPlane(binaries, tmp_path_factory.mktemp("control-plane"))
     plane.start()

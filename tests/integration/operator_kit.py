@@ -18,7 +18,10 @@ import kubernetes.client
 from prometheus_client import CollectorRegistry
 
 import rollout.controller.handlers  # noqa: F401 - registers the operator's handlers
-from kubeharness.kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Identity, Kube
+from kubeharness.calls import ApiCall
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.bundle import build_manifest, canonical_json, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key

@@ -19,7 +19,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kubeharness.kube import Identity, Kube
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
 from paths import REPO
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,8 @@ from cli_kit import (
     write_results,
 )
 
-from kubeharness.kube import ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS
 from rollout.api.translate import resource_name
 from rollout.api.trials import trial_resource_name
 from rollout.storage import ObjectStore, StorageSettings

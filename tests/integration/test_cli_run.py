@@ -33,7 +33,8 @@ from cli_kit import (
     write_results,
 )
 
-from kubeharness.kube import ROLLOUT_JOBS, SECRETS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS, SECRETS
 from rollout.api.bundle import build_manifest, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.taskdir import task_content_hash

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from cli_kit import Cli, Workspace, rollout_job
 
-from kubeharness.kube import ROLLOUT_JOBS, Kube, kube_api
+from kubeharness.emulator.emulated import kube_api
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 from rollout.cli.run import QUICKSTART_HINT
 from rollout.storage import ObjectStore, StorageSettings
 

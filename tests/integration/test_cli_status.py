@@ -16,7 +16,8 @@ from cli_kit import (
     wait_for_watch,
 )
 
-from kubeharness.kube import ROLLOUT_JOBS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 from rollout.api.translate import resource_name
 from rollout.storage import StorageSettings
 

@@ -1,4 +1,4 @@
-"""The loopback Kubernetes API harness (tests/kube.py), proven with a tiny kopf operator.
+"""The loopback Kubernetes API harness (tests/kubeharness), proven with a tiny kopf operator.
 
 The demo operator stands in for the real one: on a new RolloutJob it reads a Secret, creates a Pod
 owned by the job and marks the job Running; when the Pod ends, it copies the runner's termination
@@ -24,23 +24,12 @@ import kopf
 import kubernetes.client
 import pytest
 
-from kubeharness.kube import (
-    CRDS_DIR,
-    EVENTS,
-    GROUP,
-    PODS,
-    ROLLOUT_JOBS,
-    SECRETS,
-    VERSION,
-    Kube,
-    OperatorCrashed,
-    fast_settings,
-    kube_api,
-    minimal_crd,
-    minimal_rollout_crds,
-    terminated,
-    waiting,
-)
+from kubeharness.crds import minimal_crd, minimal_rollout_crds
+from kubeharness.emulator.emulated import kube_api
+from kubeharness.kube import Kube
+from kubeharness.operator_thread import OperatorCrashed, fast_settings
+from kubeharness.pod_status import terminated, waiting
+from kubeharness.resources import CRDS_DIR, EVENTS, GROUP, PODS, ROLLOUT_JOBS, SECRETS, VERSION
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kubeharness.kube import CRDS, Identity, Kube, operator_user
+from kubeharness.identity import Identity, operator_user
+from kubeharness.kube import Kube
+from kubeharness.resources import CRDS
 
 pytestmark = pytest.mark.integration
 

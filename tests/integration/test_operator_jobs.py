@@ -30,7 +30,8 @@ from operator_kit import (
     publish,
 )
 
-from kubeharness.kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.layout import job_config_key, job_result_key
 from rollout.api.results import JobResult
 from rollout.api.trials import enumerate_trials, trial_resource_name

@@ -18,7 +18,8 @@ from operator_kit import (
     runner_message,
 )
 
-from kubeharness.kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.layout import job_result_key
 from rollout.api.resources import FINALIZER
 from rollout.api.results import JobResult

@@ -18,7 +18,9 @@ from operator_kit import (
     runner_message,
 )
 
-from kubeharness.kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, waiting
+from kubeharness.kube import Kube
+from kubeharness.pod_status import waiting
+from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.storage import ObjectStore, StorageSettings
 

@@ -22,7 +22,9 @@ from operator_kit import (
     publish,
 )
 
-from kubeharness.kube import ROLLOUT_JOBS, Identity, Kube
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration

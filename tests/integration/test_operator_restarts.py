@@ -39,7 +39,9 @@ from operator_kit import (
     publish,
 )
 
-from kubeharness.kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Identity, Kube
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.storage import ObjectStore, StorageSettings
 
 pytestmark = pytest.mark.integration

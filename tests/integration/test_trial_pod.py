@@ -19,8 +19,9 @@ import pytest
 from operator_kit import job_manifest, job_phase, operator_config, operator_memo, publish
 
 from fakecontainer import requires_fake_container
-from kubeharness.kube import PODS, ROLLOUT_JOBS, SECRETS, Kube
+from kubeharness.kube import Kube
 from kubeharness.kubelet import run_trial_pod
+from kubeharness.resources import PODS, ROLLOUT_JOBS, SECRETS
 from rollout.api.bundle import task_archive
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.taskdir import task_content_hash

@@ -1,8 +1,9 @@
 """What the operator puts in a container reaches the process byte for byte, through the kubelet.
 
-The kubelet expands `$(NAME)` and `$$` in command, args and env values (tests/kubelet.py plays it
-exactly). On a real cluster, main once wrote the shim's `$$` (its pid) and the agents' scripts
-unescaped: every trial ended `environment_start_failed`, and an agent's `echo $$` printed `$`.
+The kubelet expands `$(NAME)` and `$$` in command, args and env values
+(tests/kubeharness/kubelet.py plays it exactly). On a real cluster, main once wrote the shim's `$$`
+(its pid) and the agents' scripts unescaped: every trial ended `environment_start_failed`, and an
+agent's `echo $$` printed `$`.
 """
 
 from __future__ import annotations
