@@ -1,17 +1,28 @@
-"""Fixtures for integration tests: a real S3 endpoint (moto's server mode) on loopback, and the
-Kubernetes API (a real control plane where one is installed, else the emulator)."""
+"""Fixtures for integration tests: a real S3 endpoint (moto's server mode) on loopback, the
+Kubernetes API (a real control plane where one is installed, else the emulator), the CLI, and the
+shim's fake container.
+
+A module that needs something else than one of these names its own fixture for it (e.g.
+`fast_retry_store` beside `store`, `storage_cli` beside `cli`) instead of redefining the name, so
+that a fixture means the same in every test."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Protocol
 
+import aiohttp
 import pytest
+from cli_kit import Cli, Workspace
 from pydantic import SecretStr
+from runner_kit import fast_store
 
+from fakecontainer import FakeContainer, fake_container, shell_params
 from kubeharness.emulator.emulated import kube_api
+from kubeharness.identity import Identity
 from kubeharness.kube import Kube
 from kubeharness.real.kube import RealKube
 from kubeharness.real.plane import ControlPlane, find_binaries, unavailable_reason
@@ -77,6 +88,19 @@ def s3_settings(make_s3_settings: MakeS3Settings) -> StorageSettings:
     return settings
 
 
+@pytest.fixture
+def store(s3_settings: StorageSettings) -> ObjectStore:
+    """The test's bucket, with the production retry policy."""
+    return ObjectStore(s3_settings)
+
+
+@pytest.fixture
+def fast_retry_store(s3_settings: StorageSettings) -> ObjectStore:
+    """The test's bucket, with retries that give up on a dead endpoint within seconds (the
+    runner's tests)."""
+    return fast_store(s3_settings)
+
+
 # --- the Kubernetes API: a real control plane where its binaries are, else the emulator -----
 
 BACKEND_ENV = "ROLLOUT_TEST_KUBE"
@@ -125,3 +149,36 @@ async def emulated_kube() -> AsyncIterator[Kube]:
     """The emulator, whatever the session's backend: for what only it does (injected errors)."""
     async with kube_api(crds=CRDS_DIR) as emulated:
         yield emulated
+
+
+@pytest.fixture
+async def http(kube: Kube) -> AsyncIterator[aiohttp.ClientSession]:
+    """A user's (a cluster admin's, as `helm install` has) HTTP session to the test's API."""
+    async with kube.http_session(Identity.USER) as session:
+        yield session
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    (tmp_path / "work").mkdir()
+    return Workspace(tmp_path / "work")
+
+
+@pytest.fixture
+def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
+    """The CLI with a kubeconfig for the test's API (a user's) and the test's bucket."""
+    (tmp_path / "home").mkdir()
+    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
+
+
+# --- the shim ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=shell_params())
+def container(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeContainer]:
+    """A fake container running the shim, once under each shell it supports."""
+    with fake_container(tmp_path, request.param) as running:
+        yield running

@@ -33,12 +33,6 @@ REWARDS = rewards_of(TRIALS)
 
 
 @pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
-
-
-@pytest.fixture
 async def finished(kube: Kube, s3_settings: StorageSettings) -> dict[str, bytes]:
     """A finished job `My Eval` whose spec.storage names the test bucket, with its results."""
     storage = {

@@ -47,23 +47,6 @@ JOB = "two-by-two"
 SECRET = f"{JOB}-agent-env"
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Workspace:
-    (tmp_path / "work").mkdir()
-    return Workspace(tmp_path / "work")
-
-
-@pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
-
-
-@pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
-    return ObjectStore(s3_settings)
-
-
 def run_args(cli: Cli, job_file: Path, *extra: str) -> list[str]:
     return ["run", str(job_file), *cli.cluster_args(), *cli.storage_args(), *extra]
 

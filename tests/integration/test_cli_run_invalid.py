@@ -149,18 +149,6 @@ CASES = {
 }
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Workspace:
-    (tmp_path / "work").mkdir()
-    return Workspace(tmp_path / "work")
-
-
-@pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
-
-
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 async def test_bad_input_is_named_and_creates_nothing(
     case: Case,

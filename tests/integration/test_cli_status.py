@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from cli_kit import (
@@ -19,19 +18,12 @@ from cli_kit import (
 from kubeharness.kube import Kube
 from kubeharness.resources import ROLLOUT_JOBS
 from rollout.api.translate import resource_name
-from rollout.storage import StorageSettings
 
 pytestmark = pytest.mark.integration
 
 REWARDS = rewards_of(TRIALS)
 EVAL = "My Eval"
 EVAL_RESOURCE = resource_name(EVAL)
-
-
-@pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: StorageSettings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
 
 @pytest.fixture

@@ -42,11 +42,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
-    return ObjectStore(s3_settings)
-
-
-@pytest.fixture
 def dataset(tmp_path: Path, store: ObjectStore) -> dict[str, Any]:
     root = make_dataset(tmp_path / DATASET, TASKS)
     return {**publish(store, root), "source": {"path": str(root)}}

@@ -27,11 +27,6 @@ from rollout.storage import ObjectStore, StorageSettings
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def store(s3_settings: StorageSettings) -> ObjectStore:
-    return ObjectStore(s3_settings)
-
-
 def trial_name(job: str, task: str = "only", attempt: int = 1) -> str:
     return trial_resource_name(job, "oracle", "one", task, attempt)
 
