@@ -9,7 +9,6 @@ that a fixture means the same in every test."""
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Protocol
@@ -28,7 +27,7 @@ from kubeharness.real.kube import RealKube
 from kubeharness.real.plane import ControlPlane, find_binaries, unavailable_reason
 from kubeharness.resources import CRDS_DIR
 from rollout.storage import ObjectStore, StorageSettings
-from s3server import S3Server
+from s3server import S3Server, new_bucket_name
 
 # moto accepts any credentials; these are distinctive so tests can look for leaks of them
 # (tests read them back from the settings: importing conftest from a test module is fragile).
@@ -45,10 +44,6 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
-
-
-def new_bucket_name() -> str:
-    return f"rollout-test-{uuid.uuid4().hex[:12]}"
 
 
 class MakeS3Settings(Protocol):

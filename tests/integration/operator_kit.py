@@ -21,7 +21,7 @@ import rollout.controller.handlers  # noqa: F401 - registers the operator's hand
 from kubeharness.calls import ApiCall
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
-from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
+from kubeharness.resources import GROUP, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, VERSION
 from rollout.api.bundle import build_manifest, canonical_json, manifest_digest
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
@@ -30,8 +30,6 @@ from rollout.controller.config import OperatorConfig
 from rollout.controller.metrics import OperatorMetrics
 from rollout.storage import ObjectStore, StorageSettings
 
-GROUP = "rollout.dev"
-VERSION = "v1alpha1"
 RUNNER_IMAGE = "registry.example/rollout-runner:test"
 TASK_IMAGE = "registry.example/task-env:1"
 AGENTS = [

@@ -8,7 +8,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,6 +17,7 @@ import boto3
 import pytest
 from pydantic import SecretStr
 
+from loopback import free_port
 from rollout.api.errors import InvalidInput
 from rollout.storage import (
     ObjectNotFound,
@@ -27,7 +27,7 @@ from rollout.storage import (
     StorageSettings,
     join_key,
 )
-from s3server import S3Server, free_port
+from s3server import S3Server, new_bucket_name
 
 pytestmark = pytest.mark.integration
 
@@ -50,10 +50,6 @@ def raw_client(settings: StorageSettings) -> Any:
         aws_access_key_id="any",
         aws_secret_access_key="any",
     )
-
-
-def new_bucket_name() -> str:
-    return f"rollout-test-{uuid.uuid4().hex[:12]}"
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
