@@ -2,9 +2,10 @@
 
 The real `rollout-operator` process runs against the test suite's Kubernetes API and a real S3
 endpoint (moto, tests/s3server.py); this script plays the kubelet. `--api` picks the API: the
-kmock-based emulator (tests/kube.py, the default) or a real control plane (etcd and
-kube-apiserver, tests/kube_real.py; found as the suite finds them, `KUBEBUILDER_ASSETS`), where the
-operator runs as the chart's ServiceAccount. The first line printed says which was measured.
+kmock-based emulator (tests/kubeharness/emulator, the default) or a real control plane (etcd
+and kube-apiserver, tests/kubeharness/real; found as the suite finds them, `KUBEBUILDER_ASSETS`),
+where the operator runs as the chart's ServiceAccount. The first line printed says which was
+measured.
 
 1. A job of `--driven` trials (default 500), every Pod run and finished by the script: API writes
    per trial (from the server's request log) and job status patches, and the time to complete.
@@ -47,8 +48,12 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from pydantic import SecretStr  # noqa: E402
 
-import kube_real  # noqa: E402
-from kube import CRDS_DIR, PODS, ROLLOUT_JOBS, EmulatedKube, Identity, Kube, kube_api  # noqa: E402
+from kubeharness.emulator.emulated import EmulatedKube, kube_api  # noqa: E402
+from kubeharness.identity import Identity  # noqa: E402
+from kubeharness.kube import Kube  # noqa: E402
+from kubeharness.real.kube import RealKube  # noqa: E402
+from kubeharness.real.plane import ControlPlane, find_binaries, unavailable_reason  # noqa: E402
+from kubeharness.resources import CRDS_DIR, PODS, ROLLOUT_JOBS  # noqa: E402
 from rollout.api.dataset import load_local_dataset  # noqa: E402
 from rollout.api.layout import dataset_manifest_key  # noqa: E402
 from rollout.api.manifest import canonical_json, manifest_digest  # noqa: E402
@@ -102,7 +107,7 @@ def cpu_seconds(pid: int) -> float:
 
 def server_cpu_seconds(kube: Kube) -> float:
     """CPU time of the API server so far: this process (emulator) or etcd + kube-apiserver."""
-    if isinstance(kube, kube_real.RealKube):
+    if isinstance(kube, RealKube):
         return sum(cpu_seconds(process.pid) for _name, process in kube.plane.processes)
     return time.process_time()
 
@@ -309,14 +314,14 @@ async def main() -> None:
 async def api(which: str, workdir: Path) -> AsyncIterator[Kube]:
     """The Kubernetes API to measure against; says which."""
     if which == "emulator":
-        print("API: the emulator (tests/kube.py), in this process")
+        print("API: the emulator (tests/kubeharness/emulator), in this process")
         async with kube_api(crds=CRDS_DIR) as emulated:
             yield emulated
         return
-    binaries = kube_real.find_binaries()
+    binaries = find_binaries()
     if binaries is None:
-        raise SystemExit(f"--api real: {kube_real.unavailable_reason()}")
-    plane = kube_real.ControlPlane(binaries, workdir / "control-plane")
+        raise SystemExit(f"--api real: {unavailable_reason()}")
+    plane = ControlPlane(binaries, workdir / "control-plane")
     await asyncio.to_thread(plane.start)
     try:
         version = (
@@ -329,7 +334,7 @@ async def api(which: str, workdir: Path) -> AsyncIterator[Kube]:
             )
         ).stdout.strip()
         print(f"API: a real kube-apiserver ({version}, {binaries.kube_apiserver}) with etcd")
-        async with kube_real.RealKube.for_test(plane) as real:
+        async with RealKube.for_test(plane) as real:
             yield real
     finally:
         plane.stop()

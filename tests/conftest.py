@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-
-# Test helper modules (tests/kube.py, tests/s3server.py, tests/fakecontainer.py) import as
-# top-level modules from every test directory.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Tasks' own tests (tests/data/**/tests/test_*.py) are data: they run inside a task's image.
 collect_ignore_glob = ["data/*"]

@@ -23,20 +23,20 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-HOST = "127.0.0.1"
+from loopback import HOST, free_port  # as a script too: tests/ is then its own directory
+
 # moto accepts any credentials unless authentication is switched on (see `enable_auth`).
 BOOTSTRAP_CREDENTIALS = {"aws_access_key_id": "bootstrap", "aws_secret_access_key": "bootstrap"}
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+def new_bucket_name() -> str:
+    """A bucket name no other test uses."""
+    return f"rollout-test-{uuid.uuid4().hex[:12]}"
 
 
 def _accepts_connections(port: int) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -34,6 +33,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from loopback import free_port
 from paths import REPO
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key, job_result_key, task_archive_key, trial_prefix
@@ -121,12 +121,6 @@ def publish_task(tmp_path: Path, store: ObjectStore) -> dict[str, str]:
     digest = manifest_digest(manifest)
     store.put_bytes(dataset_manifest_key(prefix, digest), canonical_json(manifest))
     return {"name": manifest.name, "digest": digest}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def delete_job_while_the_operator_runs(

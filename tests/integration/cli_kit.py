@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from s3_kit import S3Settings
 
-from kube import ROLLOUT_JOBS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 from rollout.api.aggregate import aggregate
 from rollout.api.layout import (
     COMMAND_STDERR,

@@ -19,7 +19,10 @@ from prometheus_client import CollectorRegistry
 from s3_kit import S3Settings
 
 import rollout.controller.handlers  # noqa: F401 - registers the operator's handlers
-from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, ApiCall, Identity, Kube
+from kubeharness.calls import ApiCall
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from kubeharness.resources import GROUP, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, VERSION
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import canonical_json, manifest_digest
@@ -29,8 +32,6 @@ from rollout.controller.metrics import OperatorMetrics
 from rollout.datasets.bundle import build_manifest
 from rollout.storage import ObjectStore
 
-GROUP = "rollout.dev"
-VERSION = "v1alpha1"
 RUNNER_IMAGE = "registry.example/rollout-runner:test"
 TASK_IMAGE = "registry.example/task-env:1"
 AGENTS = [

@@ -11,7 +11,6 @@ already (the suite installed them) must be the same.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -19,7 +18,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from kube import Identity, Kube
+from kubeharness.kube import Kube
 from paths import REPO
 
 pytestmark = pytest.mark.integration
@@ -37,13 +36,6 @@ INSTALL_ORDER = [
     "APIService",
 ]  # fmt: skip
 HOOK = "helm.sh/hook"
-
-
-@pytest.fixture
-async def http(kube: Kube) -> AsyncIterator[aiohttp.ClientSession]:
-    """A cluster admin's HTTP session, as `helm install` has."""
-    async with kube.http_session(Identity.USER) as session:
-        yield session
 
 
 def render(values: dict[str, Any], release: str, namespace: str) -> list[dict[str, Any]]:

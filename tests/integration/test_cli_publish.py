@@ -18,19 +18,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Workspace:
-    (tmp_path / "work").mkdir()
-    return Workspace(tmp_path / "work")
-
-
-@pytest.fixture
-def cli(tmp_path: Path, s3_settings: S3Settings) -> Cli:
+def storage_cli(tmp_path: Path, s3_settings: S3Settings) -> Cli:
+    """The CLI with storage settings and no kubeconfig (publishing needs no cluster), unlike
+    conftest's `cli`."""
     (tmp_path / "home").mkdir()
     return Cli(tmp_path / "no-kubeconfig", s3_settings, tmp_path / "home")
 
 
 async def test_publish_prints_addresses_and_uploads_each_object_once(
-    cli: Cli,
+    storage_cli: Cli,
     workspace: Workspace,
     s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
@@ -39,8 +35,8 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
         Bucket=s3_settings.location.bucket, VersioningConfiguration={"Status": "Enabled"}
     )
     registry = f"{workspace.root / 'registry.json'}#beta@1.0"
-    args = ["publish", str(workspace.root / "alpha"), registry, *cli.storage_args()]
-    first = await cli.run(capsys, *args)
+    args = ["publish", str(workspace.root / "alpha"), registry, *storage_cli.storage_args()]
+    first = await storage_cli.run(capsys, *args)
     assert first.code == 0, first.stderr
     entries = yaml.safe_load(first.stdout)
     assert [e["name"] for e in entries] == ["alpha", "beta"]
@@ -59,7 +55,7 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
         f"s3://{s3_settings.location.bucket}/datasets/{entries[1]['digest']}.json",
     ]
 
-    again = await cli.run(capsys, *args)
+    again = await storage_cli.run(capsys, *args)
     assert again.code == 0, again.stderr
     assert yaml.safe_load(again.stdout) == entries
     assert "uploaded" not in again.stderr
@@ -68,7 +64,7 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
 
 
 async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(
-    cli: Cli,
+    storage_cli: Cli,
     workspace: Workspace,
     s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
@@ -76,7 +72,7 @@ async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(
     missing = workspace.root / "missing"
     registry = workspace.root / "registry.json"
     args = ["publish", str(workspace.root / "alpha"), str(missing), str(registry)]
-    outcome = await cli.run(capsys, *args, *cli.storage_args())
+    outcome = await storage_cli.run(capsys, *args, *storage_cli.storage_args())
     assert outcome.code == 1
     assert outcome.stderr.splitlines() == [
         f"error: {missing}: dataset directory does not exist",
@@ -87,7 +83,7 @@ async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(
 
 
 async def test_a_task_that_cannot_be_archived_stops_the_publish_with_nothing_written(
-    cli: Cli,
+    storage_cli: Cli,
     workspace: Workspace,
     s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
@@ -95,8 +91,8 @@ async def test_a_task_that_cannot_be_archived_stops_the_publish_with_nothing_wri
     link = workspace.root / "alpha" / "hello" / "environment" / "secrets"
     os.symlink("../../../../../etc", link)  # leaves the task
     registry = f"{workspace.root / 'registry.json'}#beta"
-    args = ["publish", registry, str(workspace.root / "alpha"), *cli.storage_args()]
-    outcome = await cli.run(capsys, *args)
+    args = ["publish", registry, str(workspace.root / "alpha"), *storage_cli.storage_args()]
+    outcome = await storage_cli.run(capsys, *args)
     assert outcome.code == 1
     assert outcome.stderr == (
         f"error: {link}: symbolic link to '../../../../../etc' points outside the task\n"
@@ -105,13 +101,15 @@ async def test_a_task_that_cannot_be_archived_stops_the_publish_with_nothing_wri
 
 
 async def test_render_publish_uploads_the_bundles_the_manifest_names(
-    cli: Cli,
+    storage_cli: Cli,
     workspace: Workspace,
     s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     job = workspace.job_file()
-    outcome = await cli.run(capsys, "render", str(job), "--publish", *cli.storage_args())
+    outcome = await storage_cli.run(
+        capsys, "render", str(job), "--publish", *storage_cli.storage_args()
+    )
     assert outcome.code == 0, outcome.stderr
     (rollout_job,) = yaml.safe_load_all(outcome.stdout)
     digests = [d["digest"] for d in rollout_job["spec"]["datasets"]]
@@ -122,7 +120,7 @@ async def test_render_publish_uploads_the_bundles_the_manifest_names(
 
 
 async def test_publish_without_credentials_says_where_they_come_from(
-    cli: Cli,
+    storage_cli: Cli,
     workspace: Workspace,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -134,11 +132,11 @@ async def test_publish_without_credentials_says_where_they_come_from(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    outcome = await cli.run(
+    outcome = await storage_cli.run(
         capsys,
         "publish",
         str(workspace.root / "alpha"),
-        *cli.storage_args(),
+        *storage_cli.storage_args(),
         environ={"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None},
     )
     assert outcome.code == 1
@@ -150,12 +148,12 @@ async def test_publish_without_credentials_says_where_they_come_from(
 
 
 async def test_publish_to_a_bucket_that_does_not_exist_says_how_to_make_it(
-    cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+    storage_cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["publish", str(workspace.root / "alpha"), *cli.storage_args()]
+    args = ["publish", str(workspace.root / "alpha"), *storage_cli.storage_args()]
     bucket_index = args.index("--storage-bucket") + 1
     args[bucket_index] = "rollout-no-such-bucket"
-    outcome = await cli.run(capsys, *args)
+    outcome = await storage_cli.run(capsys, *args)
     assert outcome.code == 1
     assert "the bucket rollout-no-such-bucket does not exist: create it" in outcome.stderr
     assert "aws s3 mb s3://rollout-no-such-bucket" in outcome.stderr

@@ -20,7 +20,8 @@ from cli_kit import (
 )
 from s3_kit import S3Settings
 
-from kube import ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS
 from rollout.api.translate import resource_name
 from rollout.api.trials import trial_resource_name
 
@@ -29,12 +30,6 @@ pytestmark = pytest.mark.integration
 EVAL = "My Eval"
 NAME = resource_name(EVAL)
 REWARDS = rewards_of(TRIALS)
-
-
-@pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
 
 @pytest.fixture

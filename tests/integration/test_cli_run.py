@@ -34,7 +34,8 @@ from cli_kit import (
 )
 from s3_kit import S3Settings
 
-from kube import ROLLOUT_JOBS, SECRETS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS, SECRETS
 from rollout.api.dataset import load_local_dataset
 from rollout.api.manifest import manifest_digest
 from rollout.api.taskdir import task_content_hash
@@ -46,23 +47,6 @@ pytestmark = pytest.mark.integration
 
 JOB = "two-by-two"
 SECRET = f"{JOB}-agent-env"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Workspace:
-    (tmp_path / "work").mkdir()
-    return Workspace(tmp_path / "work")
-
-
-@pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
-
-
-@pytest.fixture
-def store(s3_settings: S3Settings) -> ObjectStore:
-    return s3_settings.store()
 
 
 def run_args(cli: Cli, job_file: Path, *extra: str) -> list[str]:

@@ -12,7 +12,9 @@ import pytest
 from cli_kit import Cli, Workspace, rollout_job
 from s3_kit import S3Settings
 
-from kube import ROLLOUT_JOBS, Kube, kube_api
+from kubeharness.emulator.emulated import kube_api
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 from rollout.cli.run import QUICKSTART_HINT
 
 pytestmark = pytest.mark.integration
@@ -145,18 +147,6 @@ CASES = {
         args=["--storage-endpoint", "minio:9000"],
     ),
 }
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Workspace:
-    (tmp_path / "work").mkdir()
-    return Workspace(tmp_path / "work")
-
-
-@pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())

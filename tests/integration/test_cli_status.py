@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from cli_kit import (
@@ -15,9 +14,9 @@ from cli_kit import (
     rollout_job,
     wait_for_watch,
 )
-from s3_kit import S3Settings
 
-from kube import ROLLOUT_JOBS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 from rollout.api.translate import resource_name
 
 pytestmark = pytest.mark.integration
@@ -25,12 +24,6 @@ pytestmark = pytest.mark.integration
 REWARDS = rewards_of(TRIALS)
 EVAL = "My Eval"
 EVAL_RESOURCE = resource_name(EVAL)
-
-
-@pytest.fixture
-def cli(kube: Kube, tmp_path: Path, s3_settings: S3Settings) -> Cli:
-    (tmp_path / "home").mkdir()
-    return Cli(kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings, tmp_path / "home")
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import hashlib
 import json
 import shutil
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_kit import git
 
 from rollout.api.dataset import Registry, RegistryDataset, find_registry_dataset, parse_registry
 from rollout.api.errors import ErrorType, InvalidInput
@@ -33,14 +33,6 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "registry"
 
 
 # --- Helpers --------------------------------------------------------------------------------
-
-
-def git(*args: str, cwd: Path) -> str:
-    identity = ["-c", "user.name=Test", "-c", "user.email=test@example.com"]
-    result = subprocess.run(
-        ["git", *identity, *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=60
-    )
-    return result.stdout.strip()
 
 
 def write_task(root: Path, instruction: str) -> Path:

@@ -1,4 +1,4 @@
-"""The loopback Kubernetes API harness (tests/kube.py), proven with a tiny kopf operator.
+"""The loopback Kubernetes API harness (tests/kubeharness), proven with a tiny kopf operator.
 
 The demo operator stands in for the real one: on a new RolloutJob it reads a Secret, creates a Pod
 owned by the job and marks the job Running; when the Pod ends, it copies the runner's termination
@@ -24,23 +24,12 @@ import kopf
 import kubernetes.client
 import pytest
 
-from kube import (
-    CRDS_DIR,
-    EVENTS,
-    GROUP,
-    PODS,
-    ROLLOUT_JOBS,
-    SECRETS,
-    VERSION,
-    Kube,
-    OperatorCrashed,
-    fast_settings,
-    kube_api,
-    minimal_crd,
-    minimal_rollout_crds,
-    terminated,
-    waiting,
-)
+from kubeharness.crds import minimal_crd, minimal_rollout_crds
+from kubeharness.emulator.emulated import kube_api
+from kubeharness.kube import Kube
+from kubeharness.operator_thread import OperatorCrashed, fast_settings
+from kubeharness.pod_status import terminated, waiting
+from kubeharness.resources import CRDS_DIR, EVENTS, GROUP, PODS, ROLLOUT_JOBS, SECRETS, VERSION
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +129,9 @@ def demo_registry() -> kopf.OperatorRegistry:
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
+async def demo_kube() -> AsyncIterator[Kube]:
+    """The demo operator's API: always the emulator, with minimal CRDs and the job's Secret
+    (not conftest's `kube`: no chart RBAC, no real control plane)."""
     async with kube_api(crds=minimal_rollout_crds()) as kube:
         await kube.create(
             SECRETS, {"metadata": {"name": "creds", "namespace": NS}, "data": {"token": "eA=="}}
@@ -149,10 +140,10 @@ async def kube() -> AsyncIterator[Kube]:
 
 
 @pytest.fixture
-def memo(kube: Kube) -> kopf.Memo:
+def memo(demo_kube: Kube) -> kopf.Memo:
     """The demo operator's API clients, pointed at the loopback server."""
     configuration = kubernetes.client.Configuration()
-    configuration.host = kube.url
+    configuration.host = demo_kube.url
     api = kubernetes.client.ApiClient(configuration)
     return kopf.Memo(
         core=kubernetes.client.CoreV1Api(api), custom=kubernetes.client.CustomObjectsApi(api)
@@ -174,39 +165,43 @@ async def status_of(kube: Kube, name: str) -> dict[str, Any]:
 
 
 async def test_demo_operator_runs_a_job_and_its_writes_are_counted(
-    kube: Kube, memo: kopf.Memo
+    demo_kube: Kube, memo: kopf.Memo
 ) -> None:
-    async with kube.operator(registry=demo_registry(), settings=rollout_settings(), memo=memo):
-        created = await kube.create(ROLLOUT_JOBS, job("job-a"))
+    async with demo_kube.operator(registry=demo_registry(), settings=rollout_settings(), memo=memo):
+        created = await demo_kube.create(ROLLOUT_JOBS, job("job-a"))
 
-        pod = await kube.wait_for(lambda: kube.find(PODS, "job-a-trial-0"), what="pod created")
+        pod = await demo_kube.wait_for(
+            lambda: demo_kube.find(PODS, "job-a-trial-0"), what="pod created"
+        )
         assert pod["metadata"]["labels"] == {JOB_LABEL: "job-a"}
         assert pod["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
         assert pod["status"] == {"phase": "Pending"}  # set by the API server, not the operator
         runner_env = pod["spec"]["containers"][1]["env"]
         assert runner_env == [{"name": "TOKEN_KEYS", "value": "token"}]  # the Secret was read
-        running = await kube.wait_for(
-            lambda: _phase_is(kube, "job-a", "Running"), what="job Running"
+        running = await demo_kube.wait_for(
+            lambda: _phase_is(demo_kube, "job-a", "Running"), what="job Running"
         )
         assert running["status"]["pod"] == "job-a-trial-0"
 
-        await kube.run_pod("job-a-trial-0")
+        await demo_kube.run_pod("job-a-trial-0")
         summary = json.dumps({"reward": 1.0, "error": None})
-        finished = await kube.finish_pod("job-a-trial-0", messages={"runner": summary})
+        finished = await demo_kube.finish_pod("job-a-trial-0", messages={"runner": summary})
         assert finished["status"]["phase"] == "Succeeded"
-        done = await kube.wait_for(
-            lambda: _phase_is(kube, "job-a", "Succeeded"), what="job Succeeded"
+        done = await demo_kube.wait_for(
+            lambda: _phase_is(demo_kube, "job-a", "Succeeded"), what="job Succeeded"
         )
         assert done["status"]["reward"] == 1.0
 
-        job_writes = [f"{c.method} {c.subresource}" for c in kube.writes(ROLLOUT_JOBS, "job-a")]
+        job_writes = [
+            f"{c.method} {c.subresource}" for c in demo_kube.writes(ROLLOUT_JOBS, "job-a")
+        ]
         # kopf: finalizer (JSON patch) + progress/diffbase annotations; its status patch carries
         # the create handler's `patch.status`; the demo's pod handler: one status patch.
         assert job_writes == ["PATCH None", "PATCH None", "PATCH status", "PATCH status"]
-        assert [c.method for c in kube.writes(PODS)] == ["POST"]  # nothing written to the Pod
-        assert kube.writes(EVENTS) == []  # posting level WARNING: no routine events
+        assert [c.method for c in demo_kube.writes(PODS)] == ["POST"]  # nothing written to the Pod
+        assert demo_kube.writes(EVENTS) == []  # posting level WARNING: no routine events
 
-        stored = await kube.get(ROLLOUT_JOBS, "job-a")
+        stored = await demo_kube.get(ROLLOUT_JOBS, "job-a")
         assert stored["metadata"]["finalizers"] == [FINALIZER]
         annotations = stored["metadata"]["annotations"]
         assert "rollout.dev/last-handled-configuration" in annotations
@@ -217,38 +212,42 @@ async def test_demo_operator_runs_a_job_and_its_writes_are_counted(
 
         # Deletion: kopf runs the delete handler and removes its finalizer; the garbage
         # collector then removes the Pod the job owned.
-        await kube.delete(ROLLOUT_JOBS, "job-a")
-        await kube.wait_for(
-            lambda: _gone(kube, ROLLOUT_JOBS, "job-a"), what="job deleted after its finalizer"
+        await demo_kube.delete(ROLLOUT_JOBS, "job-a")
+        await demo_kube.wait_for(
+            lambda: _gone(demo_kube, ROLLOUT_JOBS, "job-a"), what="job deleted after its finalizer"
         )
-        assert await kube.find(PODS, "job-a-trial-0") is None
+        assert await demo_kube.find(PODS, "job-a-trial-0") is None
 
 
 async def test_a_new_operator_continues_from_the_state_in_the_api(
-    kube: Kube, memo: kopf.Memo
+    demo_kube: Kube, memo: kopf.Memo
 ) -> None:
     settings = rollout_settings()
-    async with kube.operator(registry=demo_registry(), settings=settings, memo=memo) as first:
-        await kube.create(ROLLOUT_JOBS, job("job-b"))
-        await kube.wait_for(lambda: _phase_is(kube, "job-b", "Running"), what="job Running")
+    async with demo_kube.operator(registry=demo_registry(), settings=settings, memo=memo) as first:
+        await demo_kube.create(ROLLOUT_JOBS, job("job-b"))
+        await demo_kube.wait_for(
+            lambda: _phase_is(demo_kube, "job-b", "Running"), what="job Running"
+        )
         await first.kill()  # as if the process died: nothing in memory survives
 
     # The Pod finishes while no operator runs.
     summary = json.dumps({"reward": 0.5})
-    await kube.finish_pod("job-b-trial-0", messages={"runner": summary}, exit_codes={"runner": 0})
-    restart = kube.mark()
+    await demo_kube.finish_pod(
+        "job-b-trial-0", messages={"runner": summary}, exit_codes={"runner": 0}
+    )
+    restart = demo_kube.mark()
 
-    async with kube.operator(registry=demo_registry(), settings=rollout_settings(), memo=memo):
-        done = await kube.wait_for(
-            lambda: _phase_is(kube, "job-b", "Succeeded"), what="job Succeeded after restart"
+    async with demo_kube.operator(registry=demo_registry(), settings=rollout_settings(), memo=memo):
+        done = await demo_kube.wait_for(
+            lambda: _phase_is(demo_kube, "job-b", "Succeeded"), what="job Succeeded after restart"
         )
         assert done["status"]["reward"] == 0.5
         # Give the new operator time to (wrongly) handle the job again: wait until it has
         # re-listed jobs and pods and gone quiet, then check it created nothing.
-        await kube.settle()
+        await demo_kube.settle()
 
-    assert [str(c) for c in kube.writes(PODS, since=restart)] == []
-    job_writes = kube.writes(ROLLOUT_JOBS, "job-b", since=restart)
+    assert [str(c) for c in demo_kube.writes(PODS, since=restart)] == []
+    job_writes = demo_kube.writes(ROLLOUT_JOBS, "job-b", since=restart)
     assert [(c.method, c.subresource) for c in job_writes] == [("PATCH", "status")]
 
 
@@ -291,26 +290,30 @@ async def operator_process(
 
 
 async def test_an_operator_process_killed_with_sigkill_and_restarted(
-    kube: Kube, tmp_path: Path
+    demo_kube: Kube, tmp_path: Path
 ) -> None:
     """`kopf run` in a subprocess, logged in through kopf's own kubeconfig login."""
     operator_file = tmp_path / "operator.py"
     operator_file.write_text(OPERATOR_FILE, encoding="utf-8")
-    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    kubeconfig = demo_kube.write_kubeconfig(tmp_path / "kubeconfig")
 
     async with operator_process(operator_file, kubeconfig) as first:
-        await kube.create(ROLLOUT_JOBS, job("job-d"))
-        await kube.wait_for(lambda: _phase_is(kube, "job-d", "Running"), timeout=30, what="job-d")
+        await demo_kube.create(ROLLOUT_JOBS, job("job-d"))
+        await demo_kube.wait_for(
+            lambda: _phase_is(demo_kube, "job-d", "Running"), timeout=30, what="job-d"
+        )
         first.send_signal(signal.SIGKILL)
         assert await first.wait() == -signal.SIGKILL
 
-    await kube.create(ROLLOUT_JOBS, job("job-e"))  # while no operator runs
-    restart = kube.mark()
+    await demo_kube.create(ROLLOUT_JOBS, job("job-e"))  # while no operator runs
+    restart = demo_kube.mark()
     async with operator_process(operator_file, kubeconfig):
-        await kube.wait_for(lambda: _phase_is(kube, "job-e", "Running"), timeout=30, what="job-e")
-        await kube.settle()
-    assert kube.writes(ROLLOUT_JOBS, "job-d", since=restart) == []  # job-d is not redone
-    assert {c.user_agent.split("/")[0] for c in kube.calls(restart)} == {"kopf"}
+        await demo_kube.wait_for(
+            lambda: _phase_is(demo_kube, "job-e", "Running"), timeout=30, what="job-e"
+        )
+        await demo_kube.settle()
+    assert demo_kube.writes(ROLLOUT_JOBS, "job-d", since=restart) == []  # job-d is not redone
+    assert {c.user_agent.split("/")[0] for c in demo_kube.calls(restart)} == {"kopf"}
 
 
 async def test_the_real_crds_are_served_and_prune_unknown_fields() -> None:
@@ -342,7 +345,9 @@ async def test_the_real_crds_are_served_and_prune_unknown_fields() -> None:
         assert patched["status"] == {"phase": "Running"}
 
 
-async def test_an_operator_that_fails_at_startup_is_reported_with_its_cause(kube: Kube) -> None:
+async def test_an_operator_that_fails_at_startup_is_reported_with_its_cause(
+    demo_kube: Kube,
+) -> None:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.startup(registry=registry)
@@ -350,18 +355,20 @@ async def test_an_operator_that_fails_at_startup_is_reported_with_its_cause(kube
         raise kopf.PermanentError("the storage bucket is not configured")
 
     with pytest.raises(OperatorCrashed) as crash:
-        async with kube.operator(registry=registry, ready_timeout=30):
+        async with demo_kube.operator(registry=registry, ready_timeout=30):
             pass
     assert "the storage bucket is not configured" in str(crash.value)
 
 
-async def test_status_subresource_and_resource_versions(kube: Kube) -> None:
-    created = await kube.create(ROLLOUT_JOBS, {**job("job-c"), "status": {"phase": "Bogus"}})
+async def test_status_subresource_and_resource_versions(demo_kube: Kube) -> None:
+    created = await demo_kube.create(ROLLOUT_JOBS, {**job("job-c"), "status": {"phase": "Bogus"}})
     assert "status" not in created  # status is ignored on create
     assert created["metadata"]["generation"] == 1
 
-    with_status = await kube.patch_status(ROLLOUT_JOBS, "job-c", {"phase": "Running"})
-    main = await kube.patch(ROLLOUT_JOBS, "job-c", {"spec": {"x": 1}, "status": {"phase": "No"}})
+    with_status = await demo_kube.patch_status(ROLLOUT_JOBS, "job-c", {"phase": "Running"})
+    main = await demo_kube.patch(
+        ROLLOUT_JOBS, "job-c", {"spec": {"x": 1}, "status": {"phase": "No"}}
+    )
     assert main["status"] == {"phase": "Running"}  # the main endpoint leaves status alone
     assert main["metadata"]["generation"] == 2  # the spec changed
     assert with_status["metadata"]["generation"] == 1
@@ -369,12 +376,12 @@ async def test_status_subresource_and_resource_versions(kube: Kube) -> None:
     revisions = [int(body["metadata"]["resourceVersion"]) for body in versions]
     assert revisions == sorted(set(revisions))
 
-    same = await kube.patch(ROLLOUT_JOBS, "job-c", {"spec": {"x": 1}})
+    same = await demo_kube.patch(ROLLOUT_JOBS, "job-c", {"spec": {"x": 1}})
     assert same["metadata"]["resourceVersion"] == main["metadata"]["resourceVersion"]  # no-op
 
 
-async def test_watch_resumes_from_a_resource_version_with_selectors(kube: Kube) -> None:
-    pods_url = f"{kube.url}/api/v1/namespaces/{NS}/pods"
+async def test_watch_resumes_from_a_resource_version_with_selectors(demo_kube: Kube) -> None:
+    pods_url = f"{demo_kube.url}/api/v1/namespaces/{NS}/pods"
     pod = {"metadata": {"name": "p1", "labels": {"app": "a"}}, "spec": {"containers": []}}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         async with session.get(pods_url, params={"labelSelector": "app in (a,b)"}) as response:
@@ -384,10 +391,12 @@ async def test_watch_resumes_from_a_resource_version_with_selectors(kube: Kube) 
         since = listing["metadata"]["resourceVersion"]
 
         # Changes made before the watch starts must still arrive (no gap after the list).
-        await kube.create(PODS, pod, namespace=NS)
-        await kube.create(PODS, {**pod, "metadata": {"name": "p2", "labels": {"app": "z"}}}, NS)
-        await kube.set_pod_status("p1", containers={})
-        await kube.delete(PODS, "p1")
+        await demo_kube.create(PODS, pod, namespace=NS)
+        await demo_kube.create(
+            PODS, {**pod, "metadata": {"name": "p2", "labels": {"app": "z"}}}, NS
+        )
+        await demo_kube.set_pod_status("p1", containers={})
+        await demo_kube.delete(PODS, "p1")
 
         params = {
             "watch": "true",
@@ -405,11 +414,11 @@ async def test_watch_resumes_from_a_resource_version_with_selectors(kube: Kube) 
     ]
 
 
-async def test_injected_errors_and_kubelet_states(kube: Kube) -> None:
+async def test_injected_errors_and_kubelet_states(demo_kube: Kube) -> None:
     pod = {"metadata": {"name": "p3"}, "spec": {"containers": [{"name": "environment"}]}}
-    await kube.create(PODS, pod, namespace=NS)
-    kube.fail("PATCH", PODS, name="p3", status=503, reason="ServiceUnavailable")
-    url = f"{kube.url}/api/v1/namespaces/{NS}/pods/p3"
+    await demo_kube.create(PODS, pod, namespace=NS)
+    demo_kube.fail("PATCH", PODS, name="p3", status=503, reason="ServiceUnavailable")
+    url = f"{demo_kube.url}/api/v1/namespaces/{NS}/pods/p3"
     headers = {"Content-Type": "application/merge-patch+json"}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         statuses = []
@@ -421,17 +430,17 @@ async def test_injected_errors_and_kubelet_states(kube: Kube) -> None:
     assert statuses == [503, 200]
 
     pulling = waiting("ImagePullBackOff", 'Back-off pulling image "nope"')
-    stuck = await kube.set_pod_status("p3", containers={"environment": pulling})
+    stuck = await demo_kube.set_pod_status("p3", containers={"environment": pulling})
     assert stuck["status"]["phase"] == "Pending"
     [stuck_state] = [s["state"] for s in stuck["status"]["containerStatuses"]]
     assert stuck_state["waiting"]["reason"] == "ImagePullBackOff"
     killed = terminated(137, message="oom")
-    failed = await kube.set_pod_status("p3", containers={"environment": killed})
+    failed = await demo_kube.set_pod_status("p3", containers={"environment": killed})
     assert failed["status"]["phase"] == "Failed"
     [failed_state] = [s["state"] for s in failed["status"]["containerStatuses"]]
     assert failed_state["terminated"] == {**killed["terminated"], "reason": "Error"}
     with pytest.raises(ValueError, match="no containers"):
-        await kube.set_pod_status("p3", containers={"runner": terminated(0)})
+        await demo_kube.set_pod_status("p3", containers={"runner": terminated(0)})
 
 
 async def test_peering_with_kopf_peering_objects() -> None:

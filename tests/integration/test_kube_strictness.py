@@ -9,22 +9,16 @@ where its binaries are installed, against a real control plane, and expect the s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 
-from kube import CRDS, Identity, Kube, operator_user
+from kubeharness.identity import Identity, operator_user
+from kubeharness.kube import Kube
+from kubeharness.resources import CRDS
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def http(kube: Kube) -> AsyncIterator[aiohttp.ClientSession]:
-    """A user's HTTP session to the test's API."""
-    async with kube.http_session(Identity.USER) as session:
-        yield session
 
 
 async def answer(

@@ -31,7 +31,8 @@ from operator_kit import (
 )
 from s3_kit import S3Settings
 
-from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.layout import job_config_key, job_result_key
 from rollout.api.results import JobResult
 from rollout.api.trials import enumerate_trials, trial_resource_name
@@ -39,11 +40,6 @@ from rollout.controller.settings import WATCH_SERVER_TIMEOUT_SEC
 from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def store(s3_settings: S3Settings) -> ObjectStore:
-    return s3_settings.store()
 
 
 @pytest.fixture

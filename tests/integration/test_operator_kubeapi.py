@@ -16,7 +16,9 @@ import kubernetes.client
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kube import PODS, Identity, Kube
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from kubeharness.resources import PODS
 from rollout.controller.kubeapi import WORKERS, KubeApi
 from rollout.controller.metrics import OperatorMetrics
 

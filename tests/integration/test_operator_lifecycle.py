@@ -19,7 +19,8 @@ from operator_kit import (
 )
 from s3_kit import S3Settings
 
-from kube import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube
+from kubeharness.kube import Kube
+from kubeharness.resources import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.layout import job_result_key
 from rollout.api.resources import FINALIZER
 from rollout.api.results import JobResult

@@ -19,16 +19,13 @@ from operator_kit import (
 )
 from s3_kit import S3Settings
 
-from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Kube, waiting
+from kubeharness.kube import Kube
+from kubeharness.pod_status import waiting
+from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def store(s3_settings: S3Settings) -> ObjectStore:
-    return s3_settings.store()
 
 
 def trial_name(job: str, task: str = "only", attempt: int = 1) -> str:

@@ -23,7 +23,9 @@ from operator_kit import (
 )
 from s3_kit import S3Settings
 
-from kube import ROLLOUT_JOBS, Identity, Kube
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from kubeharness.resources import ROLLOUT_JOBS
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -40,7 +39,10 @@ from operator_kit import (
 )
 from s3_kit import S3Settings
 
-from kube import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, Identity, Kube
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
+from loopback import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -172,12 +174,6 @@ async def _counts(kube: Kube, **expected: int) -> bool:
 # --- the real process -----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def uid_without_passwd_entry() -> int:
     """A uid that /etc/passwd does not list (as OpenShift's arbitrary uids are not)."""
     uid = 65532  # the operator image's own uid
@@ -215,7 +211,7 @@ async def operator_process(
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, int]]:
     """`rollout-operator` as a user runs it, configured by environment variables; as `uid` with
     no user name in its environment (as in a Pod) when given."""
-    metrics_port, health_port = _free_port(), _free_port()
+    metrics_port, health_port = free_port(), free_port()
     inherited = {k: v for k, v in os.environ.items() if uid is None or k not in USER_VARIABLES}
     env = {
         **inherited,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runner_kit import fast_store, make_spec, publish_task, run_in_fake_container, trial_objects
-from s3_kit import S3Settings
+from runner_kit import make_spec, publish_task, run_in_fake_container, trial_objects
 
 from fakecontainer import requires_fake_container
 from rollout.api.errors import ErrorType
@@ -22,37 +21,34 @@ PLANT_REWARDS = (
 )
 
 
-@pytest.fixture
-def store(s3_settings: S3Settings) -> ObjectStore:
-    return fast_store(s3_settings)
-
-
 async def test_a_reward_the_agent_wrote_is_cleared_before_the_verifier(
-    tmp_path: Path, store: ObjectStore
+    tmp_path: Path, fast_retry_store: ObjectStore
 ) -> None:
     # The verifier writes no reward at all: a reward can only come from the agent's files.
-    content_hash = publish_task(store, "verifier-no-reward")
+    content_hash = publish_task(fast_retry_store, "verifier-no-reward")
     spec = make_spec(
-        store, "verifier-no-reward", content_hash, agent="cheat", execute=PLANT_REWARDS
+        fast_retry_store, "verifier-no-reward", content_hash, agent="cheat", execute=PLANT_REWARDS
     )
-    report = await run_in_fake_container(tmp_path, spec, store)
+    report = await run_in_fake_container(tmp_path, spec, fast_retry_store)
 
     assert report.result.error is not None
     assert report.result.error.type is ErrorType.VERIFIER_REWARD_MISSING
     assert report.result.reward is None
-    objects = trial_objects(store, spec)
+    objects = trial_objects(fast_retry_store, spec)
     assert "logs/verifier/reward.txt" not in objects
     assert "logs/verifier/reward.json" not in objects
 
 
 async def test_a_planted_reward_json_does_not_beat_the_verifiers_reward(
-    tmp_path: Path, store: ObjectStore
+    tmp_path: Path, fast_retry_store: ObjectStore
 ) -> None:
     # The agent does not solve the task, so the verifier writes 0 to reward.txt; an uncleared
     # reward.json of the agent's would be read first and give 1.
-    content_hash = publish_task(store, "hello-offline")
-    spec = make_spec(store, "hello-offline", content_hash, agent="cheat", execute=PLANT_REWARDS)
-    report = await run_in_fake_container(tmp_path, spec, store)
+    content_hash = publish_task(fast_retry_store, "hello-offline")
+    spec = make_spec(
+        fast_retry_store, "hello-offline", content_hash, agent="cheat", execute=PLANT_REWARDS
+    )
+    report = await run_in_fake_container(tmp_path, spec, fast_retry_store)
 
     assert report.result.error is None, report.error_text
     assert report.result.reward == 0.0
@@ -69,17 +65,19 @@ echo probe done
 
 
 async def test_with_an_agent_user_the_agent_cannot_read_tests_nor_write_the_reward(
-    tmp_path: Path, store: ObjectStore
+    tmp_path: Path, fast_retry_store: ObjectStore
 ) -> None:
     # hello-agent-user's task.toml says [agent] user = "agent"; its verifier gives reward 1 when
     # the agent ran as `agent` and the verifier runs as root.
-    content_hash = publish_task(store, "hello-agent-user")
-    spec = make_spec(store, "hello-agent-user", content_hash, agent="probe", execute=PROBE)
-    report = await run_in_fake_container(tmp_path, spec, store)
+    content_hash = publish_task(fast_retry_store, "hello-agent-user")
+    spec = make_spec(
+        fast_retry_store, "hello-agent-user", content_hash, agent="probe", execute=PROBE
+    )
+    report = await run_in_fake_container(tmp_path, spec, fast_retry_store)
 
     assert report.result.error is None, report.error_text
     assert report.result.reward == 1.0  # the agent ran as `agent`, the verifier as root
-    objects = trial_objects(store, spec)
+    objects = trial_objects(fast_retry_store, spec)
     assert objects["command/stdout.txt"] == b"probe done\n"
     assert objects["logs/agent/whoami.txt"] == b"agent\n"
     for probe in ("ls-tests", "cat-tests", "write", "mv"):
@@ -89,20 +87,20 @@ async def test_with_an_agent_user_the_agent_cannot_read_tests_nor_write_the_rewa
 
 
 async def test_a_spec_agent_user_applies_to_a_task_without_one(
-    tmp_path: Path, store: ObjectStore
+    tmp_path: Path, fast_retry_store: ObjectStore
 ) -> None:
-    content_hash = publish_task(store, "reward-from-answer")
+    content_hash = publish_task(fast_retry_store, "reward-from-answer")
     spec = make_spec(
-        store,
+        fast_retry_store,
         "reward-from-answer",
         content_hash,
         agent="probe",
         execute="whoami > /logs/agent/whoami.txt; ls /tests 2> /logs/agent/ls.err; echo 1 > /app/a",
         agentUser="agent",
     )
-    report = await run_in_fake_container(tmp_path, spec, store)
+    report = await run_in_fake_container(tmp_path, spec, fast_retry_store)
 
-    objects = trial_objects(store, spec)
+    objects = trial_objects(fast_retry_store, spec)
     assert objects["logs/agent/whoami.txt"] == b"agent\n"
     assert b"Permission denied" in objects["logs/agent/ls.err"]
     # /app is root's in the fake container: the agent could not write its answer there.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -28,12 +28,6 @@ from rollout_runner.shim_environment import ShimEnvironment
 pytestmark = pytest.mark.integration
 
 GRACE_SEC = 0.3
-
-
-@pytest.fixture(params=shell_params())
-def container(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeContainer]:
-    with fake_container(tmp_path, request.param) as running:
-        yield running
 
 
 async def ready_env(container: FakeContainer) -> ShimEnvironment:

@@ -7,7 +7,6 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,7 @@ from fakecontainer import (
     AGENT_UID,
     FakeContainer,
     eventually,
-    fake_container,
     requires_fake_container,
-    shell_params,
 )
 from rollout_runner.environment import EnvironmentFailure, FileTransferError
 from rollout_runner.shim_environment import ShimEnvironment, ShimNotReady
@@ -26,12 +23,6 @@ from rollout_runner.shim_environment import ShimEnvironment, ShimNotReady
 pytestmark = [pytest.mark.integration, requires_fake_container()]
 
 GRACE_SEC = 0.3
-
-
-@pytest.fixture(params=shell_params())
-def container(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeContainer]:
-    with fake_container(tmp_path, request.param) as running:
-        yield running
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from pydantic import SecretStr
 from s3_kit import S3Settings
 
+from loopback import free_port
 from rollout.api.errors import InvalidInput
 from rollout.storage import (
     ObjectNotFound,
@@ -30,7 +30,7 @@ from rollout.storage import (
     location_env,
     storage_from_env,
 )
-from s3server import S3Server, free_port
+from s3server import S3Server, new_bucket_name
 
 pytestmark = pytest.mark.integration
 
@@ -53,10 +53,6 @@ def raw_client(settings: S3Settings) -> Any:
         aws_access_key_id="any",
         aws_secret_access_key="any",
     )
-
-
-def new_bucket_name() -> str:
-    return f"rollout-test-{uuid.uuid4().hex[:12]}"
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

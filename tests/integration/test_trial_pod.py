@@ -20,8 +20,9 @@ from operator_kit import job_manifest, job_phase, operator_config, operator_memo
 from s3_kit import S3Settings
 
 from fakecontainer import requires_fake_container
-from kube import PODS, ROLLOUT_JOBS, SECRETS, Kube
-from kubelet import run_trial_pod
+from kubeharness.kube import Kube
+from kubeharness.kubelet import run_trial_pod
+from kubeharness.resources import PODS, ROLLOUT_JOBS, SECRETS
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.taskdir import task_content_hash
 from rollout.datasets.bundle import task_archive

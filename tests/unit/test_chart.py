@@ -24,7 +24,7 @@ import yaml
 from jsonschema import ValidationError as JsonSchemaValidationError
 
 from crd_rules import validate_object
-from kubelet import container_env, expand
+from kubeharness.kubelet import container_env, expand
 from paths import REPO
 from rollout.api.crd import stale_crds
 from rollout.api.resources import PodOverrides

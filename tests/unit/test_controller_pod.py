@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from kubelet import container_argv, container_env
+from kubeharness.kubelet import container_argv, container_env
 from rollout.api.errors import InvalidInput
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.trials import is_label_value, label_value, trial_resource_name

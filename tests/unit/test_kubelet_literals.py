@@ -1,8 +1,9 @@
 """What the operator puts in a container reaches the process byte for byte, through the kubelet.
 
-The kubelet expands `$(NAME)` and `$$` in command, args and env values (tests/kubelet.py plays it
-exactly). On a real cluster, main once wrote the shim's `$$` (its pid) and the agents' scripts
-unescaped: every trial ended `environment_start_failed`, and an agent's `echo $$` printed `$`.
+The kubelet expands `$(NAME)` and `$$` in command, args and env values
+(tests/kubeharness/kubelet.py plays it exactly). On a real cluster, main once wrote the shim's `$$`
+(its pid) and the agents' scripts unescaped: every trial ended `environment_start_failed`, and an
+agent's `echo $$` printed `$`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kubelet import container_argv, container_env, expand
+from kubeharness.kubelet import container_argv, container_env, expand
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.wire.shim import shim_command
 from rollout.api.wire.spec import agent_env_var_name, trial_spec_json

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from fakecontainer import FakeContainer, fake_container
-from kube import Kube, running, terminated
-
-Body = dict[str, Any]
+from kubeharness.kube import Kube
+from kubeharness.pod_status import running, terminated
+from kubeharness.resources import Body
 
 ENVIRONMENT = "environment"
 RUNNER = "runner"

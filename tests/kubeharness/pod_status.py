@@ -1,0 +1,158 @@
+"""The kubelet's side of a test: container states, and `Kube`'s helpers that write a Pod's
+status as the kubelet does (through the status subresource).
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubeharness.resources import PODS, Body, Namespace, now
+
+
+class KubeletHelpers(abc.ABC):
+    """`Kube`'s kubelet: each backend binds a Pod to the test's node its own way (`_schedule`);
+    `get` and `patch_status` are `Kube`'s."""
+
+    @abc.abstractmethod
+    async def _schedule(self, pod: Body) -> None:
+        """Bind the Pod to the test's node before its status is set, if it is not yet."""
+
+    async def set_pod_status(
+        self,
+        name: str,
+        namespace: Namespace = ...,
+        *,
+        containers: Mapping[str, Mapping[str, Any]] | None = None,
+        phase: str | None = None,
+        reason: str | None = None,
+        message: str | None = None,
+        conditions: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Body:
+        """Write a Pod's status as the kubelet would, through the status subresource.
+
+        `containers` maps container names (from the Pod's spec) to states made by
+        `running()`, `terminated()` or `waiting()`; containers not named keep their state
+        (or are "waiting: ContainerCreating"). Without `phase`, it follows from the states as
+        for `restartPolicy: Never`: all terminated with 0 -> Succeeded, all terminated -> Failed,
+        any running -> Running, else Pending. A Pod that gets running or terminated containers
+        is bound to the test's node first, as the scheduler would have done.
+        """
+        pod = await self.get(PODS, name, namespace)
+        spec_containers = [c for c in pod.get("spec", {}).get("containers", [])]
+        known = {c["name"] for c in spec_containers}
+        unknown = set(containers or {}) - known
+        if unknown:
+            raise ValueError(
+                f"pod {self._ns(namespace)}/{name} has no containers {sorted(unknown)}"
+            )
+        old_statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses", [])}
+        statuses = []
+        for container in spec_containers:
+            state = (containers or {}).get(container["name"])
+            if state is None:
+                old = old_statuses.get(container["name"])
+                state = old["state"] if old else waiting("ContainerCreating")
+            is_running = "running" in state
+            old = old_statuses.get(container["name"])
+            container_id = (old or {}).get("containerID") or f"containerd://{uuid.uuid4().hex}"
+            statuses.append({
+                "name": container["name"],
+                "image": container.get("image", ""),
+                "imageID": "",
+                "containerID": None if "waiting" in state else container_id,
+                "ready": is_running,
+                "started": is_running,
+                "restartCount": 0,
+                "state": dict(state),
+                "lastState": {},
+            })  # fmt: skip
+        for status in statuses:
+            if status["containerID"] is None:
+                del status["containerID"]
+        states = [s["state"] for s in statuses]
+        if phase is None:
+            phase = _phase_of(states)
+        all_ready = bool(statuses) and all(s["ready"] for s in statuses)
+        scheduled = conditions is None or any(
+            c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions
+        )
+        if scheduled and any("waiting" not in s for s in states):
+            await self._schedule(pod)
+        new_status: Body = {
+            "phase": phase,
+            "containerStatuses": statuses,
+            "conditions": builtins.list(conditions)
+            if conditions is not None
+            else [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "True" if all_ready else "False"},
+            ],
+            "reason": reason,
+            "message": message,
+        }
+        if phase != "Pending" and "startTime" not in pod.get("status", {}):
+            new_status["startTime"] = now()
+        return await self.patch_status(PODS, name, new_status, namespace)
+
+    async def run_pod(self, name: str, namespace: Namespace = ...) -> Body:
+        """All of the Pod's containers running, phase Running."""
+        pod = await self.get(PODS, name, namespace)
+        names = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
+        return await self.set_pod_status(name, namespace, containers={n: running() for n in names})
+
+    async def finish_pod(
+        self,
+        name: str,
+        namespace: Namespace = ...,
+        *,
+        exit_codes: Mapping[str, int] | None = None,
+        messages: Mapping[str, str] | None = None,
+    ) -> Body:
+        """All of the Pod's containers terminated (exit code 0 unless named in `exit_codes`),
+        with `messages` as their termination messages; the phase follows from the exit codes."""
+        pod = await self.get(PODS, name, namespace)
+        names = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
+        exit_codes, messages = exit_codes or {}, messages or {}
+        states = {n: terminated(exit_codes.get(n, 0), message=messages.get(n)) for n in names}
+        return await self.set_pod_status(name, namespace, containers=states)
+
+
+def _phase_of(states: Sequence[Mapping[str, Any]]) -> str:
+    if states and all("terminated" in s for s in states):
+        codes = [s["terminated"].get("exitCode", 0) for s in states]
+        return "Succeeded" if all(code == 0 for code in codes) else "Failed"
+    if any("running" in s for s in states):
+        return "Running"
+    return "Pending"
+
+
+def running() -> Body:
+    """A container state: running since now."""
+    return {"running": {"startedAt": now()}}
+
+
+def terminated(
+    exit_code: int = 0, *, message: str | None = None, reason: str | None = None
+) -> Body:
+    """A container state: terminated with an exit code and (the runner's) termination message."""
+    state: Body = {
+        "exitCode": exit_code,
+        "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+        "startedAt": now(),
+        "finishedAt": now(),
+    }
+    if message is not None:
+        state["message"] = message
+    return {"terminated": state}
+
+
+def waiting(reason: str, message: str | None = None) -> Body:
+    """A container state: waiting, e.g. `waiting('ImagePullBackOff', 'Back-off pulling ...')`."""
+    state: Body = {"reason": reason}
+    if message is not None:
+        state["message"] = message
+    return {"waiting": state}
