@@ -16,9 +16,9 @@ from crd_rules import validate_object
 from paths import REPO
 from rollout.api.errors import InvalidInput
 from rollout.api.job import JobConfig, job_to_config_json, load_job, parse_job
+from rollout.api.names import AGENT_ENV_ANNOTATION
 from rollout.api.resources import DatasetRef, PodOverrides, RolloutJob, StorageSpec, Toleration
 from rollout.api.translate import (
-    AGENT_ENV_ANNOTATION,
     job_to_rollout_job,
     resource_name,
     rollout_job_to_job,

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from rollout.api.envrefs import env_references, resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobAgent, JobConfig, JobDataset
+from rollout.api.names import AGENT_ENV_ANNOTATION
 from rollout.api.problems import validation_problems
 from rollout.api.resources import (
     LABEL_JOB,
@@ -49,9 +50,6 @@ from rollout.api.resources import (
     SecretKeySelector,
     StorageSpec,
 )
-
-AGENT_ENV_ANNOTATION = "rollout.dev/agent-env"
-"""Annotation with the job.yaml text of Secret-backed agent env values: {agent: {KEY: text}}."""
 
 AGENT_ENV_SECRET_SUFFIX = "-agent-env"  # noqa: S105 - a name, not a password
 MAX_RESOURCE_NAME = 63

@@ -19,6 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rollout.api.names import LABEL_AGENT, LABEL_DATASET, LABEL_JOB, LABEL_TASK, LABEL_TRIAL
+
 MAX_NAME_LENGTH = 63
 """DNS-1123 label limit, which Pod names, label values and hostnames all respect."""
 
@@ -182,9 +184,9 @@ def label_value(value: str) -> str:
 def trial_labels(job: str, key: TrialKey, trial_name: str) -> dict[str, str]:
     """The labels every child of a trial carries."""
     return {
-        "rollout.dev/job": label_value(job),
-        "rollout.dev/trial": label_value(trial_name),
-        "rollout.dev/agent": label_value(key.agent),
-        "rollout.dev/dataset": label_value(key.dataset),
-        "rollout.dev/task": label_value(key.task),
+        LABEL_JOB: label_value(job),
+        LABEL_TRIAL: label_value(trial_name),
+        LABEL_AGENT: label_value(key.agent),
+        LABEL_DATASET: label_value(key.dataset),
+        LABEL_TASK: label_value(key.task),
     }

@@ -30,8 +30,9 @@ from typing import Any
 import yaml
 
 from rollout.api.envrefs import env_references
+from rollout.api.names import AGENT_ENV_ANNOTATION
 from rollout.api.resources import RolloutJob
-from rollout.api.translate import AGENT_ENV_ANNOTATION, secret_key
+from rollout.api.translate import secret_key
 from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import build_resources, cache_dir, prepare_job

@@ -3,7 +3,7 @@
 Models only; `rollout.api.crd` generates the CustomResourceDefinitions in crds/ from them.
 """
 
-from rollout.api.resources.common import (
+from rollout.api.names import (
     API_VERSION,
     FINALIZER,
     GROUP,
@@ -13,6 +13,8 @@ from rollout.api.resources.common import (
     LABEL_TASK,
     LABEL_TRIAL,
     VERSION,
+)
+from rollout.api.resources.common import (
     AgentSpec,
     EnvVar,
     EnvVarSource,

@@ -25,28 +25,16 @@ from pydantic.alias_generators import to_camel
 from rollout.api.base import ApiModel
 from rollout.api.envrefs import ENV_NAME_PATTERN, env_key_problem
 from rollout.api.job_settings import AgentBase
+from rollout.api.names import (
+    CATEGORY,
+    GROUP,
+    VERSION,
+)
 from rollout.api.problems import FieldErrors
 from rollout.api.rules import (
     duplicate_problems,
 )
 from rollout.api.storage import StorageSpec as StorageSpec  # spec.storage: rollout.api.storage
-
-GROUP = "rollout.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-CATEGORY = "rollout"
-
-# Label and annotation keys under our own domain.
-LABEL_JOB = f"{GROUP}/job"
-LABEL_TRIAL = f"{GROUP}/trial"
-LABEL_AGENT = f"{GROUP}/agent"
-LABEL_DATASET = f"{GROUP}/dataset"
-LABEL_TASK = f"{GROUP}/task"
-
-FINALIZER = f"{GROUP}/finalizer"
-"""The operator's finalizer on every RolloutJob: it stops its work on a deleted job before the
-job goes (kopf needs it to stop the job's daemon). With no operator to remove it, a deleted job
-stays until `rollout release` removes it."""
 
 
 class ObjectMeta(BaseModel):

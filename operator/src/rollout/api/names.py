@@ -1,0 +1,25 @@
+"""The project's names in Kubernetes: API group and version, label keys, the finalizer.
+
+A module of constants only, so that every part of `rollout.api` (trial labels, the resources,
+the translation's annotation) can use them without importing the resource models.
+"""
+
+GROUP = "rollout.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "rollout"
+
+# Label and annotation keys under our own domain.
+LABEL_JOB = f"{GROUP}/job"
+LABEL_TRIAL = f"{GROUP}/trial"
+LABEL_AGENT = f"{GROUP}/agent"
+LABEL_DATASET = f"{GROUP}/dataset"
+LABEL_TASK = f"{GROUP}/task"
+
+FINALIZER = f"{GROUP}/finalizer"
+"""The operator's finalizer on every RolloutJob: it stops its work on a deleted job before the
+job goes (kopf needs it to stop the job's daemon). With no operator to remove it, a deleted job
+stays until `rollout release` removes it."""
+
+AGENT_ENV_ANNOTATION = f"{GROUP}/agent-env"
+"""Annotation with the job.yaml text of Secret-backed agent env values: {agent: {KEY: text}}."""
