@@ -19,7 +19,8 @@ from rollout.api.resources import RolloutTrialSpec
 from rollout.api.wire.shim import shim_command
 from rollout.api.wire.spec import agent_env_var_name, trial_spec_json
 from rollout.controller.config import OperatorConfig
-from rollout.controller.pod import kubelet_literal, render_trial_pod
+from rollout.controller.kubelet_text import kubelet_literal
+from rollout.controller.pod import render_trial_pod
 from rollout_runner.spec import load_spec
 
 # The script a maintainer ran on a real cluster; main's Pod turned it into

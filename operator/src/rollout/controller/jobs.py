@@ -79,6 +79,7 @@ from rollout.controller.status import (
     storage_unavailable_status,
     trial_counts,
 )
+from rollout.controller.trial_status import failed_status
 from rollout.controller.trials import (
     CreatePod,
     DeletePod,
@@ -87,7 +88,6 @@ from rollout.controller.trials import (
     RetryPod,
     TrialAction,
     decide,
-    failed_status,
     image_build_message,
     trial_manifest,
 )

@@ -14,9 +14,9 @@ its Pod"):
 restartPolicy Never: a trial runs once per Pod; an infrastructure retry is a new Pod.
 
 Every string in a container's `command`, `args` and `env[].value` is written as a kubelet
-literal (`kubelet_literal`): the kubelet rewrites `$(NAME)` and `$$` there, and the shim, the
-trial spec (with the agent's scripts) and the storage settings must reach the container byte for
-byte.
+literal (`rollout.controller.kubelet_text`): the kubelet rewrites `$(NAME)` and `$$` there, and
+the shim, the trial spec (with the agent's scripts) and the storage settings must reach the
+container byte for byte.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from rollout.api.wire import termination
 from rollout.api.wire.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
 from rollout.api.wire.spec import SPEC_ENV_VAR, agent_env_var_name, trial_spec_json
 from rollout.controller.config import OperatorConfig
+from rollout.controller.kubelet_text import as_kubelet_literals
 from rollout.storage import ENV_CREDENTIALS_DIR, location_env
 
 ENVIRONMENT_CONTAINER = "environment"
@@ -98,30 +99,6 @@ it does not own (clearing /logs/verifier, handing /logs/agent over); CHOWN lets 
 it places to the agent's or verifier's user. Everything else is dropped, privilege escalation is
 off and the root filesystem is read-only, so uid 0 here is a file-access identity, not a way out
 of the container."""
-
-
-def kubelet_literal(text: str) -> str:
-    """`text` written so that the kubelet passes it on unchanged.
-
-    In a container's command, args and env values the kubelet replaces `$(NAME)` with the value
-    of a variable defined earlier in the container and turns `$$` into `$` (the Kubernetes API
-    reference, "Container": "Double $$ are reduced to a single $, which allows for escaping the
-    $(VAR_NAME) syntax"). Unescaped, the shim's `$$` (its own pid) becomes `$`, and an agent's
-    `echo $$` or `$(HOME)` is silently rewritten before it runs. With every `$` doubled, the
-    expansion gives back exactly `text`.
-    """
-    return text.replace("$", "$$")
-
-
-def as_kubelet_literals(container: dict[str, Any]) -> dict[str, Any]:
-    """The container with `kubelet_literal` applied to its command, args and env values."""
-    for field in ("command", "args"):
-        if field in container:
-            container[field] = [kubelet_literal(item) for item in container[field]]
-    for variable in container.get("env", []):
-        if "value" in variable:
-            variable["value"] = kubelet_literal(variable["value"])
-    return container
 
 
 def render_trial_pod(

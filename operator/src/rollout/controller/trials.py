@@ -21,19 +21,14 @@ from rollout.api.errors import ErrorType
 from rollout.api.quantity import normalize_cpus, normalize_memory
 from rollout.api.resources import (
     API_VERSION,
-    Condition,
-    ConditionStatus,
     RolloutJob,
     RolloutTrial,
     RolloutTrialSpec,
-    RolloutTrialStatus,
     StorageSpec,
     TrialConditionReason,
-    TrialConditionType,
     TrialPhase,
     TrialResources,
 )
-from rollout.api.results import TrialError
 from rollout.api.task import TaskConfig
 from rollout.api.timeouts import effective_timeouts
 from rollout.api.trials import trial_labels
@@ -49,7 +44,12 @@ from rollout.controller.podstatus import (
     Waiting,
     classify_missing_pod,
     classify_pod,
-    pod_phase_for_status,
+)
+from rollout.controller.trial_status import (
+    failed_status,
+    finished_status,
+    retry_status,
+    running_status,
 )
 
 UNBUILT_IMAGE = "unbuilt"
@@ -161,143 +161,6 @@ def trial_manifest(
         },
         "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
-
-
-# --- statuses -------------------------------------------------------------------------------------
-
-
-def _condition(
-    type_: TrialConditionType, status: ConditionStatus, reason: str, message: str, now: datetime
-) -> Condition:
-    return Condition(
-        type=type_.value,
-        status=status,
-        reason=reason,
-        message=message,
-        last_transition_time=now.replace(microsecond=0),
-    )
-
-
-def _dump(status: RolloutTrialStatus) -> dict[str, Any]:
-    # Only what was set: a merge patch keeps the rest (e.g. infraRetries after a retry).
-    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
-
-
-def running_status(pod_name: str, now: datetime) -> dict[str, Any]:
-    """The trial's status once its runner runs."""
-    return _dump(
-        RolloutTrialStatus(
-            phase=TrialPhase.RUNNING,
-            pod_name=pod_name,
-            conditions=[
-                _condition(
-                    TrialConditionType.POD_READY,
-                    ConditionStatus.TRUE,
-                    TrialConditionReason.POD_RUNNING,
-                    f"Pod {pod_name} runs the trial.",
-                    now,
-                )
-            ],
-        )
-    )
-
-
-_FAILURE_REASONS = {
-    ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED: TrialConditionReason.IMAGE_PULL_FAILED,
-    ErrorType.ENVIRONMENT_RESOURCE_ALLOCATION_FAILED: TrialConditionReason.UNSCHEDULABLE,
-}
-
-
-def failed_status(
-    error_type: ErrorType,
-    message: str,
-    now: datetime,
-    *,
-    pod_name: str | None,
-    reason: str | None = None,
-) -> dict[str, Any]:
-    """A trial that failed without an outcome from its runner (the Pod or the operator says why)."""
-    why = reason or _FAILURE_REASONS.get(error_type, TrialConditionReason.TRIAL_ERROR)
-    return _dump(
-        RolloutTrialStatus(
-            phase=TrialPhase.FAILED,
-            error=TrialError(type=error_type, message=message),
-            pod_name=pod_name,
-            conditions=[
-                _condition(
-                    TrialConditionType.FAILED,
-                    ConditionStatus.TRUE,
-                    why,
-                    f"{error_type}: {message}",
-                    now,
-                )
-            ],
-        )
-    )
-
-
-def finished_status(verdict: Finished, now: datetime, *, pod_name: str) -> dict[str, Any]:
-    """The trial's status from its runner's termination message."""
-    message = verdict.message
-    if message is None:
-        return failed_status(
-            ErrorType.INTERNAL_ERROR,
-            "The runner ended without a readable termination message.",
-            now,
-            pod_name=pod_name,
-        )
-    phase = pod_phase_for_status(verdict)
-    error = message.error
-    note = f" (uploads incomplete: {message.upload_error})" if message.upload_error else ""
-    if phase == TrialPhase.SUCCEEDED:
-        condition = _condition(
-            TrialConditionType.COMPLETE,
-            ConditionStatus.TRUE,
-            TrialConditionReason.RUNNER_FINISHED,
-            f"The trial finished with reward {message.reward}{note}.",
-            now,
-        )
-    else:
-        assert error is not None  # pod_phase_for_status fails a message only for its error
-        condition = _condition(
-            TrialConditionType.FAILED,
-            ConditionStatus.TRUE,
-            TrialConditionReason.TRIAL_ERROR,
-            f"{error.type}: {error.message}{note}",
-            now,
-        )
-    return _dump(
-        RolloutTrialStatus(
-            phase=phase,
-            reward=message.reward,
-            error=error,
-            durations=message.durations,
-            timestamps=message.timestamps,
-            result_uri=message.result_uri,
-            pod_name=pod_name,
-            conditions=[condition],
-        )
-    )
-
-
-def retry_status(retries: int, new_pod: str, reason: str, now: datetime) -> dict[str, Any]:
-    """Back to Pending in a new Pod after the old one was lost."""
-    return _dump(
-        RolloutTrialStatus(
-            phase=TrialPhase.PENDING,
-            pod_name=new_pod,
-            infra_retries=retries,
-            conditions=[
-                _condition(
-                    TrialConditionType.POD_READY,
-                    ConditionStatus.FALSE,
-                    TrialConditionReason.POD_LOST,
-                    f"{reason} Retry {retries} runs in Pod {new_pod}.",
-                    now,
-                )
-            ],
-        )
-    )
 
 
 # --- what to do about a trial ---------------------------------------------------------------------
