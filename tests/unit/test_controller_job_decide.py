@@ -185,9 +185,10 @@ def test_the_first_trials_are_created_in_order_up_to_the_concurrency_limit() -> 
     first = of_type(decision, CreateTrial)[0]
     assert first.pod_name == NAMES[0]  # the first Pod is named after its trial
     assert first.build_failed is None
-    metadata = first.manifest["metadata"]
-    assert metadata["ownerReferences"][0]["uid"] == "job-uid"
-    assert first.manifest["spec"]["runnerImage"] == "runner:1"  # the operator's default
+    manifest = first.manifest()
+    assert manifest["metadata"]["name"] == NAMES[0]
+    assert manifest["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
+    assert manifest["spec"]["runnerImage"] == "runner:1"  # the operator's default
     # Trials were written: the status waits for the next look, which sees them.
     assert not decision.status_checked
     assert of_type(decision, PatchJobStatus) == []

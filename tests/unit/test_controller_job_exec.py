@@ -25,6 +25,7 @@ from rollout.controller.index import TrialEntry
 from rollout.controller.jobdecide import (
     CreateTrial,
     DeleteJob,
+    NewTrials,
     PatchJobStatus,
     ResolveDatasets,
     TrialStep,
@@ -36,7 +37,7 @@ from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.planner import PlannedTrial
 from rollout.controller.runtime import Runtime
-from rollout.controller.trials import DeletePod, PatchStatus, RetryPod, trial_manifest
+from rollout.controller.trials import DeletePod, PatchStatus, RetryPod
 from rollout.storage import StorageError, StorageSettings
 
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
@@ -162,12 +163,10 @@ def rollout_job(**spec: Any) -> RolloutJob:
 TASK = ResolvedTask("t", "c" * 64, parse_task_config({"environment": {"docker_image": "img:1"}}))
 
 
-def create(name: str, build_failed: dict[str, Any] | None = None) -> CreateTrial:
+def create(name: str, build_failed: dict[str, Any] | None = None, **spec: Any) -> CreateTrial:
     planned = PlannedTrial(TrialKey("oracle", "d", "t", 1), name, TASK)
-    manifest = trial_manifest(
-        rollout_job(), planned, namespace="ns", job_uid="job-uid", storage=STORAGE, runner_image="r"
-    )
-    return CreateTrial(name, manifest, name, build_failed=build_failed)
+    new = NewTrials(rollout_job(**spec), STORAGE, "ns", "job-uid", "runner:1")
+    return CreateTrial(planned, new, build_failed=build_failed)
 
 
 async def test_a_new_trial_gets_its_pod_at_once() -> None:
@@ -209,7 +208,7 @@ def entry(name: str) -> TrialEntry:
 
 async def test_a_retry_is_recorded_before_its_new_pod() -> None:
     api = FakeApi()
-    await api.create_trial("ns", create("t1").manifest)
+    await api.create_trial("ns", create("t1").manifest())
     api.calls.clear()
     run, writes, _ = executor(api)
     status = {"phase": "Pending", "infraRetries": 1}
@@ -249,8 +248,7 @@ async def test_a_gone_trial_is_left_alone() -> None:
 
 async def test_a_pod_that_cannot_be_made_fails_its_trial() -> None:
     api = FakeApi()
-    broken = create("t1")
-    broken.manifest["spec"]["environmentType"] = "modal"  # edited by hand
+    broken = create("t1", environment={"type": "modal"})  # no Pod for that type
     run, writes, _ = executor(api)
     await run.run([broken], now=NOW)
     assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]

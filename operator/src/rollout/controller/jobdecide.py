@@ -120,14 +120,45 @@ class TrialStep:
 
 
 @dataclass(frozen=True)
+class NewTrials:
+    """What every new trial of a job is made from (shared by the job's `CreateTrial`s)."""
+
+    job: RolloutJob
+    storage: StorageSpec
+    namespace: str
+    job_uid: str
+    runner_image: str
+
+
+@dataclass(frozen=True)
 class CreateTrial:
     """Create a trial (an existing one is accepted) and, when it is new, its first Pod, or fail
     it at once with `build_failed` (its image would need a build)."""
 
-    name: str
-    manifest: dict[str, Any]
-    pod_name: str
+    trial: PlannedTrial
+    made_from: NewTrials
     build_failed: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.trial.name
+
+    @property
+    def pod_name(self) -> str:
+        """The trial's first Pod."""
+        return pod_name_for(self.trial.name, 0)
+
+    def manifest(self) -> dict[str, Any]:
+        """The RolloutTrial to create (made when created: thousands at once stay small)."""
+        new = self.made_from
+        return trial_manifest(
+            new.job,
+            self.trial,
+            namespace=new.namespace,
+            job_uid=new.job_uid,
+            storage=new.storage,
+            runner_image=new.runner_image,
+        )
 
 
 @dataclass(frozen=True)
@@ -295,38 +326,34 @@ def _writes_trial(step: TrialStep) -> bool:
 
 def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[CreateTrial]:
     """The next trials in the plan's order, as many as free slots allow (none when suspended)."""
-    spec = planned.job.spec
+    job = planned.job
     chosen = next_to_create(
         planned.plan,
         view.trials.__contains__,
         unfinished=unfinished_count(planned.plan, view.trials),
-        concurrency=spec.n_concurrent_trials,
-        suspended=spec.suspend,
+        concurrency=job.spec.n_concurrent_trials,
+        suspended=job.spec.suspend,
     )
-    return [_creation(view, planned, trial, config) for trial in chosen]
-
-
-def _creation(
-    view: JobView, planned: Planned, trial: PlannedTrial, config: OperatorConfig
-) -> CreateTrial:
-    job = planned.job
-    manifest = trial_manifest(
+    if not chosen:
+        return []
+    new = NewTrials(
         job,
-        trial,
+        planned.storage,
         namespace=view.namespace,
         job_uid=view.uid,
-        storage=planned.storage,
         runner_image=job.spec.runner_image or config.runner_image,
     )
+    return [CreateTrial(trial, new, _build_failed(view, job, trial)) for trial in chosen]
+
+
+def _build_failed(view: JobView, job: RolloutJob, trial: PlannedTrial) -> dict[str, Any] | None:
+    """The failed status of a new trial whose image would need a build (None: it needs none)."""
     message = image_build_message(
         trial.key.task, trial.task.config, force_build=job.spec.environment.force_build
     )
-    failed = (
-        failed_status(ErrorType.ENVIRONMENT_BUILD_FAILED, message, view.now, pod_name=None)
-        if message is not None
-        else None
-    )
-    return CreateTrial(trial.name, manifest, pod_name_for(trial.name, 0), build_failed=failed)
+    if message is None:
+        return None
+    return failed_status(ErrorType.ENVIRONMENT_BUILD_FAILED, message, view.now, pod_name=None)
 
 
 def _status_urgent(view: JobView, job: RolloutJob, done: bool) -> bool:

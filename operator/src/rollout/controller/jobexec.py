@@ -208,7 +208,7 @@ class JobExecutor:
         await self.api.delete_pod(self.namespace, pod_name)
 
     async def _create_trial(self, create: CreateTrial, now: datetime) -> None:
-        body, created = await self.api.create_trial(self.namespace, create.manifest)
+        body, created = await self.api.create_trial(self.namespace, create.manifest())
         self.writes.trial_written(body)
         if not created:
             return  # an existing trial is driven like any other
