@@ -12,6 +12,9 @@ Each pass looks at the job and does what is due, in three parts, the way a trial
   the job's files written), it looks again at once, in the same pass: the status is only ever
   worked out from a settled view.
 
+A pass's trial steps are decided from what it saw when it began; what changes while it acts
+(a Pod that finishes meanwhile) wakes the reconciler again, and the next pass follows at once.
+
 The reconciler is the only writer of its job's trials, so no two handlers race over a trial. It
 is woken by the event handlers (`runtime.Waker`), which say which trials changed, and sleeps
 otherwise (`pacing.Pacer` says what is due when).
@@ -52,8 +55,6 @@ status); a pass still unsettled after them is followed by the next at once."""
 
 TrialsIndex = Mapping[str, Iterable[TrialEntry]]
 PodsIndex = Mapping[tuple[str, str], Iterable[PodEntry]]
-
-__all__ = ["JobReconciler", "PodsIndex", "PostWarning", "TrialsIndex"]
 
 
 class JobReconciler:
