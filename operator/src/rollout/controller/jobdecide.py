@@ -1,0 +1,404 @@
+"""What a RolloutJob's reconciler does next, from what it sees. Pure: no I/O, no clock, no state.
+
+`decide_job` is the job's reconcile step, as `trials.decide` is a trial's: from a `JobView` (the
+job's spec as understood, its status, its trials as the index and the reconciler's own writes
+have them, the trials to take a step now with their Pods, the time) it returns a `JobDecision`:
+the actions to carry out in order (`jobexec.JobExecutor`), when to look again, and which trials
+wait on a grace period. In this order:
+
+1. a job being deleted gets nothing more;
+2. an invalid spec gets `Valid=False` and `Failed=True` conditions and a Warning event, once
+   (when the status changes, so a restarted operator does not post it again), then its TTL;
+3. a Completed job is done for good (like a Kubernetes Job): only its TTL is left;
+4. a job whose datasets are not read yet has them read (`ResolveDatasets`); when storage
+   cannot be reached the status says so and the job is looked at again in `STORAGE_RETRY_SEC`;
+5. the trials to look at each take their step (`trials.decide`), and the next trials are
+   created in the seed's order while fewer than nConcurrentTrials are unfinished, each with its
+   Pod right away (a trial whose image would need a build fails at once);
+6. the status, only from a settled view: a decision that writes trials leaves it to the next
+   look, which the reconciler takes at once. It is worked out at most once per status interval
+   unless urgent; once every trial has finished, the job's files are written to storage first
+   (`WriteJobFiles`), and the next look makes the job Completed; then its TTL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from rollout.api.errors import ErrorType
+from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec
+from rollout.api.results import JobResult
+from rollout.controller.config import OperatorConfig
+from rollout.controller.finish import job_result
+from rollout.controller.gauges import TrialGauges, trial_gauges
+from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
+from rollout.controller.jobspec import Invalid, JobSpec, Planned, StorageUnavailable, Unplanned
+from rollout.controller.planner import PlannedTrial, all_finished, next_to_create, unfinished_count
+from rollout.controller.status import (
+    invalid_status,
+    job_status,
+    outcomes,
+    status_patch,
+    storage_unavailable_status,
+)
+from rollout.controller.trial_status import failed_status
+from rollout.controller.trials import (
+    CreatePod,
+    DeletePod,
+    Nothing,
+    PatchStatus,
+    RetryPod,
+    TrialAction,
+    decide,
+    image_build_message,
+    trial_manifest,
+)
+from rollout.controller.ttl import seconds_until_expiry
+
+STORAGE_RETRY_SEC = 10.0
+"""How soon a job whose datasets could not be read (storage unreachable) is looked at again."""
+
+
+# --- what the reconciler sees ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialLook:
+    """A trial to take a step now, with its current Pod as the index has it (None: none)."""
+
+    trial: TrialEntry
+    pod: PodEntry | None = None
+    pod_created: bool = False
+    """The reconciler created the Pod a moment ago: its watch event is on its way."""
+    pod_deleted: bool = False
+    """The watch saw the Pod deleted."""
+    pod_deleting: bool = False
+    """The reconciler asked a moment ago for the Pod to be deleted: not again."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One RolloutJob as its reconciler sees it at `now`."""
+
+    namespace: str
+    uid: str
+    generation: int | None
+    spec: JobSpec
+    status: RolloutJobStatus
+    """The job's status: the watch's, or the reconciler's own patch when that is newer."""
+    now: datetime
+    trials: Mapping[str, TrialEntry] = field(default_factory=dict)
+    """The job's trials by name: the index, with the reconciler's newer writes over it."""
+    looks: Sequence[TrialLook] = ()
+    deleting: bool = False
+    ttl_seconds: int | None = None
+    status_due_in: float = 0.0
+    """Seconds until the status is due again (0 or less: due)."""
+    result_uri: str | None = None
+    """Where the finished job's result.json was just written (None: not yet)."""
+
+
+# --- what it does ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolveDatasets:
+    """Read the job's datasets from storage and plan its trials."""
+
+    job: RolloutJob
+
+
+@dataclass(frozen=True)
+class TrialStep:
+    """Carry out one trial's step (`trials.decide`'s action)."""
+
+    trial: TrialEntry
+    action: CreatePod | DeletePod | PatchStatus | RetryPod
+
+
+@dataclass(frozen=True)
+class NewTrials:
+    """What every new trial of a job is made from (shared by the job's `CreateTrial`s)."""
+
+    job: RolloutJob
+    storage: StorageSpec
+    namespace: str
+    job_uid: str
+    runner_image: str
+
+
+@dataclass(frozen=True)
+class CreateTrial:
+    """Create a trial (an existing one is accepted) and, when it is new, its first Pod, or fail
+    it at once with `build_failed` (its image would need a build)."""
+
+    trial: PlannedTrial
+    made_from: NewTrials
+    build_failed: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.trial.name
+
+    @property
+    def pod_name(self) -> str:
+        """The trial's first Pod."""
+        return pod_name_for(self.trial.name, 0)
+
+    def manifest(self) -> dict[str, Any]:
+        """The RolloutTrial to create (made when created: thousands at once stay small)."""
+        new = self.made_from
+        return trial_manifest(
+            new.job,
+            self.trial,
+            namespace=new.namespace,
+            job_uid=new.job_uid,
+            storage=new.storage,
+            runner_image=new.runner_image,
+        )
+
+
+@dataclass(frozen=True)
+class WriteJobFiles:
+    """Write the finished job's config.json and result.json to storage."""
+
+    storage: StorageSpec
+    job: RolloutJob
+    result: JobResult
+
+
+@dataclass(frozen=True)
+class ReportGauges:
+    gauges: TrialGauges
+
+
+@dataclass(frozen=True)
+class PatchJobStatus:
+    status: RolloutJobStatus
+
+
+@dataclass(frozen=True)
+class Warn:
+    """Post a Warning event on the job."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """The finished job's ttlSecondsAfterFinished has passed."""
+
+    ttl_seconds: int
+
+
+JobAction = (
+    ResolveDatasets
+    | TrialStep
+    | CreateTrial
+    | WriteJobFiles
+    | ReportGauges
+    | PatchJobStatus
+    | Warn
+    | DeleteJob
+)
+
+
+@dataclass(frozen=True)
+class JobDecision:
+    actions: tuple[JobAction, ...] = ()
+    requeue_after: float | None = None
+    """Look again after this long at the latest (None: when woken)."""
+    waiting: frozenset[str] = frozenset()
+    """The looked-at trials whose Pods wait on a grace period."""
+    status_checked: bool = False
+    """The status was worked out: the next is due a status interval from now."""
+
+
+# --- deciding -------------------------------------------------------------------------------------
+
+
+def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
+    """The next step for the job (see the module docstring)."""
+    if view.deleting:
+        return JobDecision()
+    spec = view.spec
+    if isinstance(spec, Invalid):
+        return _invalid(view, spec)
+    if view.status.phase == JobPhase.COMPLETED:
+        return _expire(view, view.status)
+    if isinstance(spec, Unplanned):
+        return JobDecision((ResolveDatasets(spec.job),))
+    if isinstance(spec, StorageUnavailable):
+        unavailable = storage_unavailable_status(
+            view.status, message=spec.message, generation=view.generation, now=view.now
+        )
+        return JobDecision(_patch(view.status, unavailable), requeue_after=STORAGE_RETRY_SEC)
+    steps, waiting = _trial_steps(view, spec, config)
+    creations = _creations(view, spec, config)
+    if creations or any(_writes_trial(step) for step in steps):
+        return JobDecision((*steps, *creations), waiting=waiting)
+    return _status(view, spec, steps, waiting)
+
+
+def _patch(known: RolloutJobStatus, desired: RolloutJobStatus) -> tuple[JobAction, ...]:
+    """A status patch when the status changes."""
+    return (PatchJobStatus(desired),) if status_patch(desired) != status_patch(known) else ()
+
+
+def _expire(
+    view: JobView, status: RolloutJobStatus, actions: tuple[JobAction, ...] = ()
+) -> JobDecision:
+    """`actions`, then the job's deletion once its TTL has passed (else a look then)."""
+    due = seconds_until_expiry(view.ttl_seconds, status.ended_at, view.now)
+    if due is None:
+        return JobDecision(actions)
+    if due > 0:
+        return JobDecision(actions, requeue_after=due)
+    assert view.ttl_seconds is not None  # a time is due only with a TTL
+    return JobDecision((*actions, DeleteJob(view.ttl_seconds)))
+
+
+def _invalid(view: JobView, invalid: Invalid) -> JobDecision:
+    desired = invalid_status(
+        view.status,
+        reason=invalid.reason,
+        message=invalid.message,
+        generation=view.generation,
+        now=view.now,
+    )
+    if not _patch(view.status, desired):
+        return _expire(view, view.status)
+    # Only when the status changes: a restarted operator does not post the event again.
+    return _expire(
+        view, desired, (Warn(invalid.reason.value, invalid.message), PatchJobStatus(desired))
+    )
+
+
+def _trial_steps(
+    view: JobView, planned: Planned, config: OperatorConfig
+) -> tuple[list[TrialStep], frozenset[str]]:
+    """Each looked-at trial's step, and which of them wait on a grace period."""
+    steps: list[TrialStep] = []
+    waiting: set[str] = set()
+    for look in view.looks:
+        trial = look.trial
+        if trial.finished and (not trial.runs_in_pod or look.pod is None):
+            continue  # the common case of a finished trial: nothing left to clean up
+        action = decide(
+            trial,
+            look.pod,
+            now=view.now,
+            config=config,
+            max_infra_retries=planned.job.spec.max_infra_retries,
+            pod_requested=look.pod_created,
+            pod_deleted=look.pod_deleted,
+        )
+        if look.pod_deleting:
+            action = _without_pod_deletion(action)
+        if isinstance(action, Nothing):
+            if action.waiting:
+                waiting.add(trial.name)
+        else:
+            steps.append(TrialStep(trial, action))
+    return steps, frozenset(waiting)
+
+
+def _without_pod_deletion(action: TrialAction) -> TrialAction:
+    """The action without deleting the trial's current Pod (its deletion is on its way)."""
+    match action:
+        case DeletePod():
+            return Nothing()
+        case PatchStatus(delete_pod=str()):
+            return replace(action, delete_pod=None)
+        case RetryPod(old_pod=str()):
+            return replace(action, old_pod=None)
+    return action
+
+
+def _writes_trial(step: TrialStep) -> bool:
+    """Whether the step changes the trial (its status), which a later look must see."""
+    return isinstance(step.action, PatchStatus | RetryPod)
+
+
+def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[CreateTrial]:
+    """The next trials in the plan's order, as many as free slots allow (none when suspended)."""
+    job = planned.job
+    chosen = next_to_create(
+        planned.plan,
+        view.trials.__contains__,
+        unfinished=unfinished_count(planned.plan, view.trials),
+        concurrency=job.spec.n_concurrent_trials,
+        suspended=job.spec.suspend,
+    )
+    if not chosen:
+        return []
+    new = NewTrials(
+        job,
+        planned.storage,
+        namespace=view.namespace,
+        job_uid=view.uid,
+        runner_image=job.spec.runner_image or config.runner_image,
+    )
+    return [CreateTrial(trial, new, _build_failed(view, job, trial)) for trial in chosen]
+
+
+def _build_failed(view: JobView, job: RolloutJob, trial: PlannedTrial) -> dict[str, Any] | None:
+    """The failed status of a new trial whose image would need a build (None: it needs none)."""
+    message = image_build_message(
+        trial.key.task, trial.task.config, force_build=job.spec.environment.force_build
+    )
+    if message is None:
+        return None
+    return failed_status(ErrorType.ENVIRONMENT_BUILD_FAILED, message, view.now, pod_name=None)
+
+
+def _status_urgent(view: JobView, job: RolloutJob, done: bool) -> bool:
+    """Whether the status must be looked at now rather than at the next interval: a new phase
+    (started, suspended or resumed, all trials finished) or a new generation."""
+    known = view.status
+    return (
+        done
+        or known.phase in (None, JobPhase.PENDING, JobPhase.FAILED)
+        or known.observed_generation != view.generation
+        or job.spec.suspend != (known.phase == JobPhase.SUSPENDED)
+    )
+
+
+def _status(
+    view: JobView, planned: Planned, steps: list[TrialStep], waiting: frozenset[str]
+) -> JobDecision:
+    """The job's status from a settled view (with the steps that change no trial)."""
+    job, plan = planned.job, planned.plan
+    done = all_finished(plan, view.trials)
+    if view.status_due_in > 0 and not _status_urgent(view, job, done):
+        return JobDecision(tuple(steps), requeue_after=view.status_due_in, waiting=waiting)
+    if done and view.result_uri is None:
+        moment = view.now.replace(microsecond=0)
+        result = job_result(
+            job,
+            outcomes(plan, view.trials),
+            started_at=view.status.started_at or moment,
+            ended_at=moment,
+        )
+        files = WriteJobFiles(planned.storage, job, result)
+        return JobDecision((*steps, files), waiting=waiting, status_checked=True)
+    desired = job_status(
+        plan=plan,
+        trials=view.trials,
+        previous=view.status,
+        generation=view.generation,
+        suspended=job.spec.suspend,
+        metrics=[m.type for m in job.spec.metrics],
+        now=view.now,
+        result_uri=view.result_uri if done else None,
+    )
+    actions = (*steps, ReportGauges(trial_gauges(plan, view.trials)), *_patch(view.status, desired))
+    if desired.phase == JobPhase.COMPLETED:
+        decision = _expire(view, desired, actions)
+    else:
+        decision = JobDecision(actions)
+    return replace(decision, waiting=waiting, status_checked=True)

@@ -1,0 +1,226 @@
+"""Carries out a job reconciler's decisions (`jobdecide`) against the API, storage and metrics.
+
+The actions run in order; an error stops the rest, and the reconciler tries the whole pass again
+later. Every write is idempotent (`kubeapi`), and every write of a trial, a Pod or the job's status
+is remembered (`ownwrites.OwnWrites`) until the watch shows it. `run` says what the next look must
+see (`Done`): trials written, the job's datasets read, its files written.
+
+It decides nothing a decision could decide beforehand; what it does depends on a write's answer
+only where the decision cannot know it:
+
+- a trial that existed already is not given a Pod here: it is driven like any other trial;
+- a gone trial (404) is left alone; its next look sees it gone;
+- a trial whose Pod cannot be made from its spec (edited by hand?) fails, and the job goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.resources import JobConditionReason, RolloutJob, TrialPhase
+from rollout.controller.datasets import DatasetProblem
+from rollout.controller.finish import write_job_files
+from rollout.controller.jobdecide import (
+    CreateTrial,
+    DeleteJob,
+    JobAction,
+    PatchJobStatus,
+    ReportGauges,
+    ResolveDatasets,
+    TrialStep,
+    Warn,
+    WriteJobFiles,
+)
+from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, check_job, plan_trials
+from rollout.controller.ownwrites import OwnWrites
+from rollout.controller.pod import render_trial_pod
+from rollout.controller.runtime import Runtime
+from rollout.controller.status import status_patch
+from rollout.controller.trial_status import failed_status
+from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod
+from rollout.storage import StorageError
+
+log = logging.getLogger(__name__)
+
+PostWarning = Callable[[str, str], None]
+
+
+@dataclass
+class Done:
+    """What carrying out a decision changed that the job's next look must see."""
+
+    trials_written: bool = False
+    spec: Planned | Invalid | StorageUnavailable | None = None
+    """The job's datasets were read: its spec as it now stands."""
+    result_uri: str | None = None
+    """The finished job's files were written: its result.json."""
+
+    @property
+    def changed(self) -> bool:
+        return self.trials_written or self.spec is not None or self.result_uri is not None
+
+
+class JobExecutor:
+    """Carries out the actions of one RolloutJob's reconciler."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        writes: OwnWrites,
+        post_warning: PostWarning,
+        leaving: Callable[[], bool],
+    ) -> None:
+        self.runtime = runtime
+        self.api = runtime.api
+        self.namespace = namespace
+        self.name = name
+        self.uid = uid
+        self.where = f"RolloutJob {namespace}/{name}"
+        self.writes = writes
+        self.post_warning = post_warning
+        self.leaving = leaving
+
+    async def run(self, actions: Iterable[JobAction], *, now: datetime) -> Done:
+        """Carry out `actions` in order (`now`: the time they were decided at)."""
+        done = Done()
+        for action in actions:
+            match action:
+                case ResolveDatasets(job=job):
+                    done.spec = await self.resolve(job)
+                case TrialStep(trial=trial, action=step):
+                    if await self._trial_step(trial.name, step, now):
+                        done.trials_written = True
+                case CreateTrial():
+                    # Checked before each: the job may go while its trials are created.
+                    if not self.leaving():
+                        await self._create_trial(action, now)
+                        done.trials_written = True
+                case WriteJobFiles(storage=storage, job=job, result=result):
+                    store = self.runtime.stores.for_spec(storage)
+                    done.result_uri = (await write_job_files(store, job, result)).result_uri
+                case ReportGauges(gauges=gauges):
+                    self.runtime.metrics.jobs.report(self.uid, gauges.by_phase, gauges.active)
+                case PatchJobStatus(status=status):
+                    patched = await self.api.patch_job_status(
+                        self.namespace, self.name, status_patch(status)
+                    )
+                    if patched is not None:
+                        self.writes.job_status_written(patched)
+                case Warn(reason=reason, message=message):
+                    self.post_warning(reason, message)
+                    log.warning("%s cannot run: %s", self.where, message)
+                case DeleteJob(ttl_seconds=ttl):
+                    log.info(
+                        "%s finished %d s ago; ttlSecondsAfterFinished deletes it", self.where, ttl
+                    )
+                    await self.api.delete_job(self.namespace, self.name)
+        return done
+
+    # --- the job's datasets
+
+    async def resolve(self, job: RolloutJob) -> Planned | Invalid | StorageUnavailable:
+        """Read the job's datasets from storage and plan its trials."""
+        storage = check_job(job, self.runtime.config.storage, self.where)
+        if isinstance(storage, Invalid):
+            return storage
+        store = self.runtime.stores.for_spec(storage)
+        try:
+            datasets = await self.runtime.datasets.resolve(job.spec.datasets, store)
+        except DatasetProblem as err:
+            return Invalid(JobConditionReason.DATASET_NOT_FOUND, f"{self.where}: {err.message}")
+        except StorageError as err:
+            return StorageUnavailable(f"Object storage cannot be reached; retrying: {err}")
+        return plan_trials(job, self.name, datasets, storage, self.where)
+
+    # --- trials and their Pods
+
+    async def _trial_step(
+        self, name: str, step: CreatePod | DeletePod | PatchStatus | RetryPod, now: datetime
+    ) -> bool:
+        """Carry out one trial's step; True when the trial was written."""
+        match step:
+            case CreatePod(pod_name=pod_name, retry=retry):
+                trial = await self.api.get_trial(self.namespace, name)
+                return trial is not None and await self._create_pod(trial, pod_name, retry, now)
+            case DeletePod(pod_name=pod_name):
+                await self._delete_pod(pod_name)
+                return False
+            case PatchStatus():
+                patched = await self.api.patch_trial_status(self.namespace, name, step.status)
+                if patched is None:
+                    return False
+                done = self.writes.trial_written(patched)
+                if step.final:
+                    error = done.error_type.value if done.error_type else None
+                    phase = done.phase.value if done.phase else ""
+                    self.runtime.metrics.trial_finished(phase, error, step.durations)
+                if step.delete_pod:
+                    await self._delete_pod(step.delete_pod)
+                return True
+            case RetryPod():
+                # The retry is recorded first: a restart in between then creates the new Pod
+                # instead of retrying again.
+                patched = await self.api.patch_trial_status(self.namespace, name, step.status)
+                if patched is None:
+                    return False
+                self.writes.trial_written(patched)
+                log.info("%s: trial %s lost its Pod; retry %d", self.where, name, step.retry)
+                if step.old_pod:
+                    await self._delete_pod(step.old_pod)
+                await self._create_pod(patched, step.new_pod, step.retry, now)
+                return True
+
+    async def _create_pod(
+        self, trial: Mapping[str, Any], pod_name: str, retry: int, now: datetime
+    ) -> bool:
+        """Create the trial's Pod; True when instead the trial was failed (no Pod can be made)."""
+        config = self.runtime.config
+        try:
+            pod = render_trial_pod(trial, config=config, pod_name=pod_name, retry=retry)
+        except (InvalidInput, ValueError) as err:
+            # Our own trial spec cannot be rendered (edited by hand?): the trial fails, the job
+            # goes on.
+            status = failed_status(
+                ErrorType.INTERNAL_ERROR,
+                f"The trial's Pod cannot be made: {err}",
+                now,
+                pod_name=None,
+            )
+            name = str(trial["metadata"]["name"])
+            patched = await self.api.patch_trial_status(self.namespace, name, status)
+            if patched is not None:
+                self.writes.trial_written(patched)
+            return patched is not None
+        self.writes.pods_created.add(pod_name)
+        await self.api.create_pod(self.namespace, pod)
+        return False
+
+    async def _delete_pod(self, pod_name: str) -> None:
+        self.writes.pods_deleted.add(pod_name)
+        await self.api.delete_pod(self.namespace, pod_name)
+
+    async def _create_trial(self, create: CreateTrial, now: datetime) -> None:
+        body, created = await self.api.create_trial(self.namespace, create.manifest())
+        self.writes.trial_written(body)
+        if not created:
+            return  # an existing trial is driven like any other
+        if create.build_failed is not None:
+            patched = await self.api.patch_trial_status(
+                self.namespace, create.name, create.build_failed
+            )
+            if patched is not None:
+                self.writes.trial_written(patched)
+                self.runtime.metrics.trial_finished(
+                    TrialPhase.FAILED.value, ErrorType.ENVIRONMENT_BUILD_FAILED.value, {}
+                )
+            return
+        await self._create_pod(body, create.pod_name, 0, now)

@@ -1,0 +1,432 @@
+"""What a job's reconciler decides (`jobdecide.decide_job`), from a view of the job and the time:
+which trials to create and in what order, each trial's step, the job's status and its files,
+its TTL, and when to look again. No API, no storage: every decision from a plain view."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from rollout.api.errors import ErrorType
+from rollout.api.resources import (
+    JobConditionReason,
+    JobConditionType,
+    JobPhase,
+    RolloutJob,
+    RolloutJobStatus,
+    StorageSpec,
+    TrialPhase,
+    find_condition,
+)
+from rollout.api.task import parse_task_config
+from rollout.controller.config import OperatorConfig
+from rollout.controller.datasets import ResolvedDataset, ResolvedTask
+from rollout.controller.index import PodEntry, TrialEntry
+from rollout.controller.jobdecide import (
+    STORAGE_RETRY_SEC,
+    CreateTrial,
+    DeleteJob,
+    JobAction,
+    JobDecision,
+    JobView,
+    PatchJobStatus,
+    ReportGauges,
+    ResolveDatasets,
+    TrialLook,
+    TrialStep,
+    Warn,
+    WriteJobFiles,
+    decide_job,
+)
+from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, Unplanned
+from rollout.controller.planner import plan_job
+from rollout.controller.status import job_status
+from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod
+
+NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
+CONFIG = OperatorConfig(runner_image="runner:1")
+STORAGE = StorageSpec(bucket="b", prefix="p")
+IMAGE = {"environment": {"docker_image": "img:1"}}
+
+
+def rollout_job(**spec: Any) -> RolloutJob:
+    return RolloutJob.model_validate(
+        {
+            "metadata": {"name": "job", "namespace": "ns", "generation": 1},
+            "spec": {
+                "agents": [{"name": "oracle"}, {"name": "claude", "execute": "run"}],
+                "datasets": [{"name": "d", "digest": "a" * 64}],
+                "nAttempts": 2,
+                "nConcurrentTrials": 3,
+                **spec,
+            },
+        }
+    )
+
+
+def planned(toml: dict[str, Any] | None = None, **spec: Any) -> Planned:
+    """The job of 2 agents x tasks t1, t2 x 2 attempts: 8 trials."""
+    config = parse_task_config(toml or IMAGE)
+    tasks = tuple(ResolvedTask(name, name[-1] * 64, config) for name in ("t1", "t2"))
+    plan = plan_job("job", ["oracle", "claude"], [ResolvedDataset("d", "a" * 64, tasks)], 2)
+    return Planned(rollout_job(**spec), plan, STORAGE)
+
+
+JOB = planned()
+NAMES = [t.name for t in JOB.plan.trials]
+
+
+def entry(name: str, phase: TrialPhase | None = None, **fields: Any) -> TrialEntry:
+    return TrialEntry("ns", name, f"uid-{name}", "1", "oracle", "d", "t1", 1, phase=phase, **fields)
+
+
+def trials(*phases: TrialPhase | None) -> dict[str, TrialEntry]:
+    """The plan's first trials, in order, with these phases."""
+    return {name: entry(name, phase) for name, phase in zip(NAMES, phases, strict=False)}
+
+
+def running_status(generation: int | None = 1) -> RolloutJobStatus:
+    return RolloutJobStatus(phase=JobPhase.RUNNING, observed_generation=generation)
+
+
+def view(spec: Any = JOB, **fields: Any) -> JobView:
+    values: dict[str, Any] = {
+        "namespace": "ns",
+        "uid": "job-uid",
+        "generation": 1,
+        "spec": spec,
+        "status": running_status(),
+        "now": NOW,
+        "status_due_in": 1.0,  # not due: only urgent statuses are worked out
+    }
+    values.update(fields)
+    return JobView(**values)
+
+
+def decide(**fields: Any) -> JobDecision:
+    return decide_job(view(**fields), config=CONFIG)
+
+
+def of_type(decision: JobDecision, kind: type[JobAction]) -> list[Any]:
+    return [a for a in decision.actions if isinstance(a, kind)]
+
+
+def created(decision: JobDecision) -> list[str]:
+    return [a.name for a in of_type(decision, CreateTrial)]
+
+
+def patched(decision: JobDecision) -> RolloutJobStatus:
+    (patch,) = of_type(decision, PatchJobStatus)
+    status: RolloutJobStatus = patch.status
+    return status
+
+
+# --- before any trial ----------------------------------------------------------------------------
+
+
+def test_a_job_being_deleted_gets_nothing() -> None:
+    assert decide(deleting=True, trials={}) == JobDecision()
+
+
+def test_a_valid_job_has_its_datasets_read_first() -> None:
+    job = rollout_job()
+    assert decide(spec=Unplanned(job)) == JobDecision((ResolveDatasets(job),))
+
+
+def test_an_invalid_job_fails_once_with_a_warning() -> None:
+    invalid = Invalid(JobConditionReason.DATASET_NOT_FOUND, "spec.datasets[0] does not exist")
+    first = decide(spec=invalid, status=RolloutJobStatus())
+    warn, patch = first.actions
+    assert warn == Warn("DatasetNotFound", "spec.datasets[0] does not exist")
+    assert isinstance(patch, PatchJobStatus)
+    status = patch.status
+    assert status.phase == JobPhase.FAILED
+    valid = find_condition(status.conditions, JobConditionType.VALID)
+    failed = find_condition(status.conditions, JobConditionType.FAILED)
+    assert valid is not None
+    assert failed is not None
+    assert (valid.status, failed.status) == ("False", "True")
+    assert failed.reason == "DatasetNotFound"
+    assert status.ended_at == NOW
+    # Once the status says so, nothing more: no second event (a restarted operator posts none).
+    assert decide(spec=invalid, status=status) == JobDecision()
+
+
+def test_an_invalid_job_is_deleted_after_its_ttl() -> None:
+    invalid = Invalid(JobConditionReason.INVALID_SPEC, "bad")
+    failed = patched(decide(spec=invalid, status=RolloutJobStatus()))
+    later = decide(spec=invalid, status=failed, ttl_seconds=60, now=NOW + timedelta(seconds=20))
+    assert later == JobDecision(requeue_after=40.0)
+    due = decide(spec=invalid, status=failed, ttl_seconds=60, now=NOW + timedelta(seconds=60))
+    assert due.actions == (DeleteJob(60),)
+
+
+def test_unreachable_storage_is_said_and_tried_again() -> None:
+    unavailable = StorageUnavailable("Object storage cannot be reached; retrying: timeout")
+    first = decide(spec=unavailable, status=RolloutJobStatus())
+    assert first.requeue_after == STORAGE_RETRY_SEC
+    status = patched(first)
+    assert status.phase == JobPhase.PENDING  # waiting, not failed
+    valid = find_condition(status.conditions, JobConditionType.VALID)
+    assert valid is not None
+    assert (valid.status, valid.reason) == ("Unknown", "StorageUnavailable")
+    assert decide(spec=unavailable, status=status) == JobDecision(requeue_after=STORAGE_RETRY_SEC)
+
+
+# --- creating trials -----------------------------------------------------------------------------
+
+
+def test_the_first_trials_are_created_in_order_up_to_the_concurrency_limit() -> None:
+    decision = decide(trials={}, status=RolloutJobStatus())
+    assert created(decision) == NAMES[:3]  # nConcurrentTrials 3, in the seed's order
+    first = of_type(decision, CreateTrial)[0]
+    assert first.pod_name == NAMES[0]  # the first Pod is named after its trial
+    assert first.build_failed is None
+    manifest = first.manifest()
+    assert manifest["metadata"]["name"] == NAMES[0]
+    assert manifest["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
+    assert manifest["spec"]["runnerImage"] == "runner:1"  # the operator's default
+    # Trials were written: the status waits for the next look, which sees them.
+    assert not decision.status_checked
+    assert of_type(decision, PatchJobStatus) == []
+
+
+def test_finished_trials_free_their_slots_for_the_next_in_order() -> None:
+    # Two finished, one running: two slots, for the next two trials that do not exist.
+    existing = trials(TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.RUNNING)
+    assert created(decide(trials=existing)) == NAMES[3:5]
+    # A gap in the order (a trial deleted by hand) is filled first.
+    gap = {n: e for n, e in existing.items() if n != NAMES[1]}
+    assert created(decide(trials=gap)) == [NAMES[1], NAMES[3]]
+
+
+def test_a_full_job_creates_nothing() -> None:
+    existing = trials(TrialPhase.RUNNING, None, TrialPhase.PENDING)
+    assert created(decide(trials=existing)) == []
+
+
+def test_a_restarted_operator_creates_nothing_that_exists() -> None:
+    # The index lists every trial (kopf fills it before the reconciler starts): all exist, so
+    # nothing is created again whatever the free slots.
+    every = {name: entry(name, TrialPhase.SUCCEEDED) for name in NAMES[:-1]}
+    every[NAMES[-1]] = entry(NAMES[-1], TrialPhase.RUNNING)
+    assert created(decide(trials=every)) == []
+
+
+def test_a_suspended_job_creates_nothing_and_says_so() -> None:
+    suspended = planned(suspend=True)
+    decision = decide(spec=suspended, trials=trials(TrialPhase.RUNNING))
+    assert created(decision) == []
+    # Suspension is urgent: the status says so now, not at the next interval.
+    assert patched(decision).phase == JobPhase.SUSPENDED
+    resumed = decide(trials=trials(TrialPhase.RUNNING), status=patched(decision))
+    assert created(resumed) == NAMES[1:3]
+
+
+def test_an_image_that_needs_a_build_fails_its_trial_at_creation() -> None:
+    decision = decide(spec=planned({"environment": {}}), trials={})
+    failures = [a.build_failed for a in of_type(decision, CreateTrial)]
+    assert len(failures) == 3
+    assert all(f is not None for f in failures)
+    assert failures[0]["phase"] == "Failed"
+    assert failures[0]["error"]["type"] == "environment_build_failed"
+    assert "not supported yet" in failures[0]["error"]["message"]
+
+
+# --- trial steps ---------------------------------------------------------------------------------
+
+
+def pod(name: str, status: dict[str, Any] | None = None) -> PodEntry:
+    metadata = {"name": name, "creationTimestamp": "2025-01-15T10:29:59Z"}
+    return PodEntry("ns", name, "pod-uid", name, {"metadata": metadata, "status": status or {}})
+
+
+RUNNING_POD = {"containerStatuses": [{"name": "runner", "state": {"running": {}}}]}
+
+
+def steps(decision: JobDecision) -> dict[str, Any]:
+    return {s.trial.name: s.action for s in of_type(decision, TrialStep)}
+
+
+def test_each_looked_at_trial_takes_its_step() -> None:
+    full = trials(None, None, TrialPhase.SUCCEEDED, TrialPhase.RUNNING)
+    looks = [
+        TrialLook(full[NAMES[0]]),  # no Pod yet
+        TrialLook(full[NAMES[1]], pod(NAMES[1], RUNNING_POD)),
+        TrialLook(full[NAMES[2]], pod(NAMES[2])),  # finished: its Pod goes
+        TrialLook(full[NAMES[3]]),  # running, and its Pod is gone: lost
+    ]
+    taken = steps(decide(trials=full, looks=looks))
+    assert taken[NAMES[0]] == CreatePod(NAMES[0], 0)
+    assert isinstance(taken[NAMES[1]], PatchStatus)
+    assert taken[NAMES[1]].status["phase"] == "Running"
+    assert taken[NAMES[2]] == DeletePod(NAMES[2])
+    retry = taken[NAMES[3]]
+    assert isinstance(retry, RetryPod)  # an infrastructure retry, in a new Pod
+    assert (retry.retry, retry.new_pod) == (1, f"{NAMES[3]}-r1")
+
+
+def test_infra_retries_stop_at_the_jobs_limit() -> None:
+    tired = entry(NAMES[0], TrialPhase.RUNNING, infra_retries=1, pod_name=f"{NAMES[0]}-r1")
+    limited = planned(maxInfraRetries=1)
+    decision = decide(spec=limited, trials={NAMES[0]: tired}, looks=[TrialLook(tired)])
+    action = steps(decision)[NAMES[0]]
+    assert isinstance(action, PatchStatus)
+    assert action.final
+    assert action.status["error"]["type"] == "internal_error"
+    assert action.status["conditions"][0]["reason"] == "InfraRetriesExhausted"
+
+
+def test_writes_of_a_moment_ago_are_not_repeated() -> None:
+    fresh = entry(NAMES[0])
+    # Its Pod was just created: its watch event is on its way, not a Pod to create again.
+    just_created = decide(trials={NAMES[0]: fresh}, looks=[TrialLook(fresh, pod_created=True)])
+    assert steps(just_created) == {}
+    # Its Pod's deletion was just asked for: not asked again.
+    done = entry(NAMES[0], TrialPhase.SUCCEEDED)
+    deleting = TrialLook(done, pod(NAMES[0]), pod_deleting=True)
+    assert steps(decide(trials={NAMES[0]: done}, looks=[deleting])) == {}
+    lost = entry(NAMES[0], TrialPhase.RUNNING)
+    failed_pod = pod(NAMES[0], {"phase": "Failed", "reason": "Evicted", "message": "disk"})
+    retry = steps(
+        decide(trials={NAMES[0]: lost}, looks=[TrialLook(lost, failed_pod, pod_deleting=True)])
+    )[NAMES[0]]
+    assert isinstance(retry, RetryPod)
+    assert retry.old_pod is None
+
+
+def test_pods_that_wait_are_named_for_a_later_look() -> None:
+    waiting = entry(NAMES[0])
+    decision = decide(trials={NAMES[0]: waiting}, looks=[TrialLook(waiting, pod(NAMES[0]))])
+    assert decision.waiting == {NAMES[0]}
+    assert steps(decision) == {}
+
+
+def test_a_finished_trial_without_a_pod_takes_no_step() -> None:
+    done = entry(NAMES[0], TrialPhase.FAILED)
+    assert steps(decide(trials={NAMES[0]: done}, looks=[TrialLook(done)])) == {}
+
+
+# --- the job's status ----------------------------------------------------------------------------
+
+
+def test_the_status_waits_for_its_interval_unless_urgent() -> None:
+    busy = trials(TrialPhase.RUNNING, TrialPhase.RUNNING, TrialPhase.RUNNING)
+    waiting = decide(trials=busy, status_due_in=1.5)
+    assert waiting == JobDecision(requeue_after=1.5)
+    due = decide(trials=busy, status_due_in=0.0)
+    assert due.status_checked
+    assert patched(due).counts.running == 3
+    (gauges,) = of_type(due, ReportGauges)
+    assert gauges.gauges.active == 3
+    assert gauges.gauges.by_phase == {"Pending": 5, "Running": 3, "Succeeded": 0, "Failed": 0}
+    # A new generation (an edited spec) is urgent.
+    edited = decide(trials=busy, status_due_in=1.5, generation=2)
+    assert patched(edited).observed_generation == 2
+
+
+def test_an_unchanged_status_is_not_patched() -> None:
+    busy = trials(TrialPhase.RUNNING, TrialPhase.RUNNING, TrialPhase.RUNNING)
+    first = patched(decide(trials=busy, status_due_in=0.0))
+    again = decide(trials=busy, status_due_in=0.0, status=first)
+    assert of_type(again, PatchJobStatus) == []
+    assert again.status_checked
+
+
+def test_trial_writes_leave_the_status_to_the_next_look() -> None:
+    busy = trials(TrialPhase.RUNNING, TrialPhase.RUNNING, None)
+    starting = busy[NAMES[2]]
+    running = TrialLook(starting, pod(NAMES[2], RUNNING_POD))
+    decision = decide(trials=busy, looks=[running], status_due_in=0.0)
+    assert steps(decision)[NAMES[2]].status["phase"] == "Running"
+    assert not decision.status_checked
+    # A step that writes no trial (a Pod's creation) goes with the status.
+    created_pod = decide(trials=busy, looks=[TrialLook(starting)], status_due_in=0.0)
+    assert steps(created_pod) == {NAMES[2]: CreatePod(NAMES[2], 0)}
+    assert created_pod.status_checked
+
+
+def test_a_fixed_spec_is_no_longer_failed() -> None:
+    invalid = Invalid(JobConditionReason.INVALID_SPEC, "bad")
+    failed = patched(decide(spec=invalid, status=RolloutJobStatus()))
+    busy = trials(TrialPhase.RUNNING, TrialPhase.RUNNING, TrialPhase.RUNNING)
+    decision = decide(trials=busy, status=failed, generation=2)
+    status = patched(decision)
+    assert status.phase == JobPhase.RUNNING
+    condition = find_condition(status.conditions, JobConditionType.FAILED)
+    assert condition is not None
+    assert condition.status == "False"
+
+
+def finished_trials() -> dict[str, TrialEntry]:
+    rewards = [1.0, 0.0, 1.0, None, 1.0, 1.0, 0.5, 1.0]
+    phases = [TrialPhase.SUCCEEDED if r is not None else TrialPhase.FAILED for r in rewards]
+    error = ErrorType.AGENT_EXECUTION_FAILED
+    return {
+        name: entry(name, phase, reward=reward, error_type=None if reward is not None else error)
+        for name, phase, reward in zip(NAMES, phases, rewards, strict=True)
+    }
+
+
+def test_a_finished_job_writes_its_files_then_completes() -> None:
+    done = finished_trials()
+    started = running_status().model_copy(update={"started_at": NOW - timedelta(hours=1)})
+    first = decide(trials=done, status=started)
+    (files,) = first.actions
+    assert isinstance(files, WriteJobFiles)
+    assert files.storage == STORAGE
+    assert files.result.total_trials == 8
+    assert files.result.started_at == NOW - timedelta(hours=1)
+    assert files.result.ended_at == NOW
+    # Once written, the next look completes the job with its result.json.
+    uri = "s3://b/p/jobs/job/result.json"
+    then = decide(trials=done, status=started, result_uri=uri)
+    status = patched(then)
+    assert status.phase == JobPhase.COMPLETED
+    assert status.result_uri == uri
+    assert (status.counts.completed, status.counts.failed) == (7, 1)
+    assert status.ended_at == NOW
+    assert then.requeue_after is None  # no TTL: kept for good
+
+
+def test_a_completed_job_is_deleted_after_its_ttl() -> None:
+    uri = "s3://b/p/jobs/job/result.json"
+    finishing = decide(trials=finished_trials(), result_uri=uri, ttl_seconds=0)
+    assert isinstance(finishing.actions[-1], DeleteJob)
+    completed = patched(finishing)
+    # A completed job is done for good: whatever it sees, only its TTL is left.
+    later = NOW + timedelta(seconds=10)
+    assert decide(status=completed, trials={}, ttl_seconds=30, now=later) == JobDecision(
+        requeue_after=20.0
+    )
+    gone = decide(status=completed, trials={}, ttl_seconds=30, now=NOW + timedelta(seconds=30))
+    assert gone.actions == (DeleteJob(30),)
+    assert decide(status=completed, trials={}) == JobDecision()
+
+
+@pytest.mark.parametrize("phase", [None, JobPhase.PENDING, JobPhase.FAILED])
+def test_a_job_that_starts_says_so_at_once(phase: JobPhase | None) -> None:
+    known = RolloutJobStatus(phase=phase, observed_generation=1)
+    existing = trials(TrialPhase.RUNNING, None, None)
+    status = patched(decide(trials=existing, status=known, status_due_in=1.5))
+    assert status.phase == JobPhase.RUNNING
+    expected = job_status(
+        plan=JOB.plan,
+        trials=existing,
+        previous=known,
+        generation=1,
+        suspended=False,
+        metrics=[m.type for m in JOB.job.spec.metrics],
+        now=NOW,
+    )
+    assert status == expected
+
+
+def test_the_view_is_not_changed() -> None:
+    seen = view(trials=trials(TrialPhase.RUNNING), status_due_in=0.0)
+    before = replace(seen)
+    decide_job(seen, config=CONFIG)
+    assert seen == before

@@ -1,0 +1,294 @@
+"""Carrying out a job reconciler's actions (`jobexec.JobExecutor`): which API calls each makes,
+in what order, what it remembers of them, and what it reports back for the next look. The API is
+a fake that records calls; no cluster, no storage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from rollout.api.resources import (
+    DatasetRef,
+    JobConditionReason,
+    RolloutJob,
+    RolloutJobStatus,
+    StorageSpec,
+)
+from rollout.api.task import parse_task_config
+from rollout.api.trials import TrialKey
+from rollout.controller.config import OperatorConfig
+from rollout.controller.datasets import DatasetProblem, ResolvedDataset, ResolvedTask
+from rollout.controller.index import TrialEntry
+from rollout.controller.jobdecide import (
+    CreateTrial,
+    DeleteJob,
+    NewTrials,
+    PatchJobStatus,
+    ResolveDatasets,
+    TrialStep,
+    Warn,
+)
+from rollout.controller.jobexec import JobExecutor
+from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable
+from rollout.controller.metrics import OperatorMetrics
+from rollout.controller.ownwrites import OwnWrites
+from rollout.controller.planner import PlannedTrial
+from rollout.controller.runtime import Runtime
+from rollout.controller.trials import DeletePod, PatchStatus, RetryPod
+from rollout.storage import StorageError
+
+NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
+STORAGE = StorageSpec(bucket="b", prefix="p")
+
+
+class FakeApi:
+    """`KubeApi`'s methods the executor calls, recorded; trials exist once created."""
+
+    def __init__(self, *, existing: Sequence[str] = (), gone: Sequence[str] = ()) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.trials: dict[str, dict[str, Any]] = {}
+        self.existing = set(existing)
+        self.gone = set(gone)
+        self.rv = 10
+
+    def _body(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        metadata = {**body["metadata"], "uid": "uid-" + body["metadata"]["name"]}
+        return {**body, "metadata": {**metadata, "resourceVersion": str(self.rv)}}
+
+    async def create_trial(
+        self, namespace: str, body: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        name = body["metadata"]["name"]
+        self.calls.append(("create_trial", name))
+        self.trials[name] = self._body(body)
+        return self.trials[name], name not in self.existing
+
+    async def get_trial(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.trials.get(name)
+
+    async def patch_trial_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        self.calls.append(("patch_trial_status", name))
+        if name in self.gone:
+            return None
+        trial = self.trials.get(name) or {"metadata": {"name": name, "namespace": namespace}}
+        self.trials[name] = self._body({**trial, "status": dict(status)})
+        return self.trials[name]
+
+    async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> bool:
+        self.calls.append(("create_pod", body["metadata"]["name"]))
+        return True
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        self.calls.append(("delete_pod", name))
+        return True
+
+    async def patch_job_status(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        self.calls.append(("patch_job_status", name))
+        return {"metadata": {"resourceVersion": "99"}, **patch}
+
+    async def delete_job(self, namespace: str, name: str) -> bool:
+        self.calls.append(("delete_job", name))
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class FakeDatasets:
+    """The dataset resolver: answers with `answer`, or raises it."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    async def resolve(self, refs: Sequence[DatasetRef], store: Any) -> list[ResolvedDataset]:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return list(self.answer)
+
+
+def executor(
+    api: FakeApi,
+    *,
+    leaving: bool = False,
+    datasets: Any = (),
+    storage: bool = True,
+    registry: CollectorRegistry | None = None,
+) -> tuple[JobExecutor, OwnWrites, list[tuple[str, str]]]:
+    registry = registry or CollectorRegistry()
+    config = OperatorConfig(
+        runner_image="runner:1",
+        storage=StorageSpec(bucket="b", prefix="p") if storage else None,
+    )
+    runtime = Runtime(
+        config,
+        api=api,  # type: ignore[arg-type]
+        metrics=OperatorMetrics(registry),
+        datasets=FakeDatasets(datasets),  # type: ignore[arg-type]
+    )
+    writes = OwnWrites()
+    warnings: list[tuple[str, str]] = []
+    run = JobExecutor(
+        runtime,
+        namespace="ns",
+        name="job",
+        uid="job-uid",
+        writes=writes,
+        post_warning=lambda reason, message: warnings.append((reason, message)),
+        leaving=lambda: leaving,
+    )
+    return run, writes, warnings
+
+
+def rollout_job(**spec: Any) -> RolloutJob:
+    return RolloutJob.model_validate(
+        {
+            "metadata": {"name": "job", "namespace": "ns"},
+            "spec": {
+                "agents": [{"name": "oracle"}],
+                "datasets": [{"name": "d", "digest": "a" * 64}],
+                **spec,
+            },
+        }
+    )
+
+
+TASK = ResolvedTask("t", "c" * 64, parse_task_config({"environment": {"docker_image": "img:1"}}))
+
+
+def create(name: str, build_failed: dict[str, Any] | None = None, **spec: Any) -> CreateTrial:
+    planned = PlannedTrial(TrialKey("oracle", "d", "t", 1), name, TASK)
+    new = NewTrials(rollout_job(**spec), STORAGE, "ns", "job-uid", "runner:1")
+    return CreateTrial(planned, new, build_failed=build_failed)
+
+
+async def test_a_new_trial_gets_its_pod_at_once() -> None:
+    api = FakeApi()
+    run, writes, _ = executor(api)
+    done = await run.run([create("t1")], now=NOW)
+    assert api.calls == [("create_trial", "t1"), ("create_pod", "t1")]
+    assert done.trials_written
+    assert "t1" in writes.trials([])  # remembered until the index has it
+    assert "t1" in writes.pods_created
+
+
+async def test_an_existing_trial_gets_no_pod_here() -> None:
+    api = FakeApi(existing=["t1"])
+    run, _, _ = executor(api)
+    await run.run([create("t1")], now=NOW)
+    assert api.calls == [("create_trial", "t1")]  # it is driven like any other
+
+
+async def test_a_trial_whose_image_needs_a_build_fails_without_a_pod() -> None:
+    api = FakeApi()
+    run, writes, _ = executor(api)
+    await run.run([create("t1", build_failed={"phase": "Failed"})], now=NOW)
+    assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]
+    assert writes.trials([])["t1"].finished
+
+
+async def test_no_trial_is_created_for_a_job_on_its_way_out() -> None:
+    api = FakeApi()
+    run, _, _ = executor(api, leaving=True)
+    done = await run.run([create("t1"), create("t2")], now=NOW)
+    assert api.calls == []
+    assert not done.changed
+
+
+def entry(name: str) -> TrialEntry:
+    return TrialEntry("ns", name, f"uid-{name}", "1", "oracle", "d", "t", 1)
+
+
+async def test_a_retry_is_recorded_before_its_new_pod() -> None:
+    api = FakeApi()
+    await api.create_trial("ns", create("t1").manifest())
+    api.calls.clear()
+    run, writes, _ = executor(api)
+    status = {"phase": "Pending", "infraRetries": 1}
+    retry = RetryPod(status, old_pod="t1", new_pod="t1-r1", retry=1)
+    done = await run.run([TrialStep(entry("t1"), retry)], now=NOW)
+    assert api.calls == [
+        ("patch_trial_status", "t1"),
+        ("delete_pod", "t1"),
+        ("create_pod", "t1-r1"),
+    ]
+    assert done.trials_written
+    assert "t1" in writes.pods_deleted
+    assert "t1-r1" in writes.pods_created
+
+
+async def test_a_final_status_removes_the_pod_and_counts_the_trial() -> None:
+    api = FakeApi()
+    registry = CollectorRegistry()
+    run, writes, _ = executor(api, registry=registry)
+    final = PatchStatus({"phase": "Succeeded", "reward": 1.0}, delete_pod="t1", final=True)
+    await run.run([TrialStep(entry("t1"), final), TrialStep(entry("t2"), DeletePod("t2"))], now=NOW)
+    assert api.calls == [("patch_trial_status", "t1"), ("delete_pod", "t1"), ("delete_pod", "t2")]
+    labels = {"phase": "Succeeded", "error_type": ""}
+    assert registry.get_sample_value("rollout_trials_finished_total", labels) == 1
+    assert "t1" in writes.pods_deleted
+    assert "t2" in writes.pods_deleted
+
+
+async def test_a_gone_trial_is_left_alone() -> None:
+    api = FakeApi(gone=["t1"])
+    run, _, _ = executor(api)
+    final = PatchStatus({"phase": "Failed"}, delete_pod="t1", final=True)
+    done = await run.run([TrialStep(entry("t1"), final)], now=NOW)
+    assert api.calls == [("patch_trial_status", "t1")]
+    assert not done.changed
+
+
+async def test_a_pod_that_cannot_be_made_fails_its_trial() -> None:
+    api = FakeApi()
+    broken = create("t1", environment={"type": "modal"})  # no Pod for that type
+    run, writes, _ = executor(api)
+    await run.run([broken], now=NOW)
+    assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]
+    assert writes.trials([])["t1"].error_type is not None
+
+
+async def test_the_jobs_own_status_is_remembered_and_warnings_posted() -> None:
+    api = FakeApi()
+    run, writes, warnings = executor(api)
+    status = RolloutJobStatus.model_validate({"phase": "Failed"})
+    await run.run([Warn("InvalidSpec", "bad"), PatchJobStatus(status), DeleteJob(0)], now=NOW)
+    assert warnings == [("InvalidSpec", "bad")]
+    assert api.calls == [("patch_job_status", "job"), ("delete_job", "job")]
+    old_body = {"metadata": {"resourceVersion": "98"}, "status": {}}
+    assert writes.job_status(old_body).phase == "Failed"
+
+
+async def test_reading_the_datasets_plans_the_trials_or_says_why_not() -> None:
+    api = FakeApi()
+    job = rollout_job()
+    run, _, _ = executor(api, datasets=[ResolvedDataset("d", "a" * 64, (TASK,))])
+    done = await run.run([ResolveDatasets(job)], now=NOW)
+    assert isinstance(done.spec, Planned)
+    assert len(done.spec.plan) == 1
+    assert done.changed
+
+    missing, _, _ = executor(api, datasets=DatasetProblem("spec.datasets[0] does not exist"))
+    spec = (await missing.run([ResolveDatasets(job)], now=NOW)).spec
+    assert isinstance(spec, Invalid)
+    assert spec.reason == JobConditionReason.DATASET_NOT_FOUND
+
+    error = StorageError(
+        "timed out", operation="get", key="k", endpoint="e", attempts=4, transient=True
+    )
+    away, _, _ = executor(api, datasets=error)
+    spec = (await away.run([ResolveDatasets(job)], now=NOW)).spec
+    assert isinstance(spec, StorageUnavailable)
+    assert "retrying" in spec.message
+
+    nowhere, _, _ = executor(api, storage=False)
+    spec = (await nowhere.run([ResolveDatasets(job)], now=NOW)).spec
+    assert isinstance(spec, Invalid)
+    assert spec.reason == JobConditionReason.INVALID_SPEC
