@@ -59,7 +59,7 @@ async def one_trial(base: Path, spec: RolloutTrialSpec, store: ObjectStore) -> d
         wall = time.monotonic() - started
     if report.result.reward != 1.0 or report.upload_error:
         raise SystemExit(f"a benchmark trial failed: {report.error_text or report.upload_error}")
-    durations = report.result.durations.model_dump()
+    durations = report.result.durations.model_dump(by_alias=False)  # result.json's names
     figures = {name: float(durations[name] or 0.0) for name in PHASES}
     total = float(durations["total_sec"] or 0.0)
     figures["wall"] = wall
