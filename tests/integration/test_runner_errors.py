@@ -70,6 +70,10 @@ async def test_an_install_that_exits_non_zero_is_agent_install_failed(
     assert error_txt.startswith("agent_install_failed: Agent install script exited with code 4")
     assert "E: no such package" in error_txt
     assert objects["result.json"].decode() == report.result.to_json()
+    # Whose failure it is, under the project's one key after the seed's fields.
+    written = json.loads(objects["result.json"])
+    assert list(written)[-1] == "rollout"
+    assert written["rollout"] == {"failure_class": "agent"}
 
 
 async def test_an_install_that_overruns_is_agent_install_timeout(
@@ -119,6 +123,7 @@ async def test_an_agent_that_exits_non_zero_is_agent_execution_failed_and_skips_
     objects = trial_objects(fast_retry_store, spec)
     assert objects["command/stdout.txt"] == b""
     assert_verifier_skipped(report, objects)
+    assert json.loads(objects["result.json"])["rollout"] == {"failure_class": "agent"}
 
 
 async def test_an_agent_that_overruns_is_agent_execution_timeout_and_leaves_no_process(
@@ -191,6 +196,8 @@ async def test_verifier_outcomes(
     objects = trial_objects(fast_retry_store, spec)
     assert objects["error.txt"].decode().startswith(f"{error_type}: {message}")
     assert "logs/verifier/stdout.txt" in objects
+    # The oracle ran the task's own solution: whatever failed here is the task's.
+    assert json.loads(objects["result.json"])["rollout"] == {"failure_class": "task"}
 
 
 async def test_a_verifier_that_fails_after_writing_reward_1_gets_no_reward(
@@ -326,7 +333,9 @@ async def test_a_teardown_failure_is_recorded_and_the_reward_kept(
     assert report.result.completed
     assert not report.result.failed
     objects = trial_objects(fast_retry_store, spec)
-    assert json.loads(objects["result.json"])["reward"] == 1.0
+    written = json.loads(objects["result.json"])
+    assert written["reward"] == 1.0
+    assert written["rollout"] == {"failure_class": "infrastructure"}
     assert objects["error.txt"].decode().startswith("environment_teardown_failed: ")
 
 

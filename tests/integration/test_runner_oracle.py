@@ -60,10 +60,11 @@ async def test_the_oracle_passes_and_every_object_lands_at_its_key(
     assert objects["logs/verifier/stderr.txt"] == b"a line on stderr\n"
     assert report.result_uri == f"s3://{store.bucket}/{prefix}result.json"
 
-    # result.json has the seed's keys in the seed's order, and its own content.
+    # result.json has the seed's keys in the seed's order, then the project's one key.
     document = json.loads(objects["result.json"])
     seed = json.loads(SEED_RESULT.read_text())
-    assert list(document) == list(seed)
+    assert list(document) == [*seed, "rollout"]
+    assert document["rollout"] == {"failure_class": None}  # no error
     assert list(document["durations"]) == list(seed["durations"])
     assert list(document["timestamps"]) == list(seed["timestamps"])
     result = TrialResult.from_json(objects["result.json"])

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from rollout.api.additions import FailureCounts, TrialAdditions
 from rollout.api.aggregate import TrialOutcome, aggregate, summarize, trial_span
 from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.failures import FailureClass
 from rollout.api.metrics import MetricType, compute_metric
 from rollout.api.results import JobResult, TrialError, TrialResult, format_timestamp
 
@@ -71,10 +73,12 @@ def test_seed_trial_result_fields() -> None:
     assert bad.failed
 
 
-def test_seed_job_result_has_no_metrics_key_and_keeps_agent_order() -> None:
+def test_seed_job_result_has_no_project_key_and_keeps_agent_order() -> None:
     job = JobResult.from_json(seed_text("job_result.json"))
-    assert job.metrics is None
+    assert job.rollout is None
+    assert job.metrics == []
     dumped = job.model_dump(mode="json")
+    assert "rollout" not in dumped
     assert "metrics" not in dumped
     assert list(dumped["agents"]) == ["cpe", "oracle"]
     assert job.agents["oracle"].pass_rate == 0.8
@@ -215,8 +219,19 @@ def test_aggregate_applies_each_field_definition() -> None:
     assert [(r.agent_name, r.task_name, r.reward) for r in job.results] == [
         (t.agent_name, t.task_name, t.reward) for t in MIXED
     ]
-    assert job.metrics is None
-    assert "metrics" not in json.loads(job.to_json())
+    # What the project adds is under `rollout`, after the seed's keys, which keep their order.
+    written = json.loads(job.to_json())
+    seed_keys = list(json.loads(seed_text("job_result.json")))
+    assert list(written) == [*seed_keys, "rollout"]
+    assert "metrics" not in written
+    assert written["rollout"]["metrics"] == []
+    # verifier_failed is the agent's; the oracle's agent_execution_timeout is the task's (the
+    # oracle runs the task's solution); teardown errors are no failed trials.
+    assert written["rollout"]["failures"] == {"agent": 1, "task": 1, "infrastructure": 0}
+    assert written["rollout"]["agents"] == {
+        "cpe": {"failures": {"agent": 1, "task": 0, "infrastructure": 0}},
+        "oracle": {"failures": {"agent": 0, "task": 1, "infrastructure": 0}},
+    }
     assert JobResult.from_json(job.to_json()) == job
 
 
@@ -268,8 +283,12 @@ def test_nothing_completed_gives_null_not_zero() -> None:
     assert written["mean_reward"] is None
     assert written["total_cost"] is None
     assert written["agents"]["a"]["pass_rate"] is None
-    assert written["metrics"] == [{"type": "mean", "value": None}, {"type": "sum", "value": None}]
+    assert written["rollout"]["metrics"] == [
+        {"type": "mean", "value": None},
+        {"type": "sum", "value": None},
+    ]
     assert (job.total_trials, job.completed_trials, job.failed_trials) == (2, 0, 1)
+    assert written["rollout"]["failures"] == {"agent": 0, "task": 1, "infrastructure": 0}
 
 
 def test_empty_job() -> None:
@@ -286,7 +305,6 @@ def test_metrics_follow_job_yaml_order_over_completed_rewards() -> None:
         MIXED,
         metrics=[MetricType.MAX, MetricType.MIN, MetricType.SUM, MetricType.MEAN],
     )
-    assert job.metrics is not None
     assert [(m.type, m.value) for m in job.metrics] == [
         (MetricType.MAX, 1.0),
         (MetricType.MIN, 0.0),
@@ -294,8 +312,9 @@ def test_metrics_follow_job_yaml_order_over_completed_rewards() -> None:
         (MetricType.MEAN, pytest.approx(0.7)),
     ]
     written = json.loads(job.to_json())
-    assert list(written)[-1] == "metrics"
-    assert written["metrics"][0] == {"type": "max", "value": 1.0}
+    assert list(written)[-1] == "rollout"
+    assert "metrics" not in written
+    assert written["rollout"]["metrics"][0] == {"type": "max", "value": 1.0}
     assert JobResult.from_json(job.to_json()) == job
 
 
@@ -364,3 +383,85 @@ def test_compute_metric(metric: MetricType, expected: float) -> None:
 def test_mean_of_many_rewards_does_not_drift() -> None:
     assert compute_metric(MetricType.MEAN, [0.1] * 100_000) == 0.1
     assert MetricType("mean") is MetricType.MEAN
+
+
+# --- what the project adds: the `rollout` key ----------------------------------------------------
+
+
+def test_a_job_result_of_the_previous_version_with_top_level_metrics_still_parses() -> None:
+    # The previous version wrote the metrics as a top-level key after the seed's.
+    previous = json.loads(seed_text("job_result.json"))
+    previous["metrics"] = [{"type": "mean", "value": 0.85}, {"type": "max", "value": 1.0}]
+    job = JobResult.from_json(json.dumps(previous, indent=2))
+    assert [(m.type, m.value) for m in job.metrics] == [
+        (MetricType.MEAN, 0.85),
+        (MetricType.MAX, 1.0),
+    ]
+    # Written again, the metrics are under `rollout`; failures that file never counted stay
+    # unknown (absent), not zeros.
+    written = json.loads(job.to_json())
+    assert "metrics" not in written
+    assert written["rollout"] == {
+        "metrics": [{"type": "mean", "value": 0.85}, {"type": "max", "value": 1.0}]
+    }
+    assert JobResult.from_json(job.to_json()) == job
+
+
+def test_metrics_in_both_places_are_refused() -> None:
+    data = json.loads(seed_text("job_result.json"))
+    data["metrics"] = [{"type": "mean", "value": 0.85}]
+    data["rollout"] = {"metrics": [{"type": "mean", "value": 0.85}]}
+    with pytest.raises(InvalidInput, match="both a top-level key"):
+        JobResult.from_json(json.dumps(data))
+
+
+def test_failures_must_add_up_to_the_failed_trials() -> None:
+    data = json.loads(seed_text("job_result.json"))  # 2 failed trials
+    data["rollout"] = {"failures": {"agent": 1, "task": 0, "infrastructure": 0}}
+    with pytest.raises(InvalidInput, match="count 1 failed trials, failed_trials 2"):
+        JobResult.from_json(json.dumps(data))
+    data["rollout"]["failures"]["infrastructure"] = 1
+    assert JobResult.from_json(json.dumps(data)).rollout is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [("trial_result_error.json", TrialResult), ("job_result.json", JobResult)],
+)
+def test_keys_of_a_later_version_under_rollout_are_kept(
+    name: str, model: type[TrialResult] | type[JobResult]
+) -> None:
+    data = json.loads(seed_text(name))
+    known = {"failure_class": "agent"} if model is TrialResult else {"metrics": []}
+    data["rollout"] = {**known, "tries": 2, "trace_ids": ["abc"]}
+    text = json.dumps(data, indent=2) + "\n"
+    assert model.from_json(text).to_json() == text
+
+
+def test_a_trial_result_records_its_failure_class_under_rollout() -> None:
+    data = json.loads(seed_text("trial_result_error.json"))
+    data["rollout"] = {"failure_class": "infrastructure"}
+    text = json.dumps(data, indent=2) + "\n"
+    result = TrialResult.from_json(text)
+    assert result.failure_class is FailureClass.INFRASTRUCTURE  # as recorded
+    assert result.to_json() == text
+    assert TrialOutcome.from_result(result).error_class is FailureClass.INFRASTRUCTURE
+    # A seed file records none: the table's class (agent_execution_timeout is the agent's).
+    seed = TrialResult.from_json(seed_text("trial_result_error.json"))
+    assert seed.rollout is None
+    assert seed.failure_class is FailureClass.AGENT
+    assert TrialResult.from_json(seed_text("trial_result_success.json")).failure_class is None
+    with pytest.raises(InvalidInput) as caught:
+        TrialResult.from_json(json.dumps({**data, "rollout": {"failure_class": "cosmic-ray"}}))
+    assert [p.field for p in caught.value.problems] == ["rollout.failure_class"]
+
+
+def test_the_class_a_trial_records_is_the_one_the_job_counts() -> None:
+    lost = trial("cpe", "t", None, error=ErrorType.INTERNAL_ERROR)
+    recorded = lost.model_copy(update={"rollout": TrialAdditions(failure_class=FailureClass.TASK)})
+    table = aggregate("j", [lost]).rollout
+    assert table is not None
+    assert table.failures == FailureCounts(infrastructure=1)
+    counted = aggregate("j", [recorded]).rollout
+    assert counted is not None
+    assert counted.failures == FailureCounts(task=1)

@@ -49,6 +49,7 @@ def test_phases_are_timed_and_unrun_ones_stay_null() -> None:
     assert trial.timestamps.ended_at is not None
     assert trial.timestamps.started_at < trial.timestamps.verifier_started_at  # type: ignore[operator]
     assert trial.attempt == 2
+    assert trial.model_dump(mode="json")["rollout"] == {"failure_class": None}  # no error
 
 
 def test_an_error_records_the_phase_it_happened_in_and_drops_the_reward() -> None:
@@ -62,6 +63,7 @@ def test_an_error_records_the_phase_it_happened_in_and_drops_the_reward() -> Non
     assert trial.reward is None
     assert trial.error is not None
     assert trial.error.type is ErrorType.VERIFIER_FAILED
+    assert trial.model_dump(mode="json")["rollout"] == {"failure_class": "agent"}
 
 
 def test_a_teardown_error_keeps_the_reward() -> None:

@@ -6,6 +6,9 @@ that a teardown error never displaces another one; every error recorded appears 
 
 The reward is kept only when every error recorded is `environment_teardown_failed`, the one error
 type that by the seed's rules never affects the reward.
+
+result.json records whose failure the trial's error is (`rollout.failure_class`: the agent's,
+the task's or the infrastructure's, by `rollout.api.failures`), null without an error.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from rollout.api.additions import TrialAdditions
 from rollout.api.errors import ErrorType
+from rollout.api.failures import failure_class
 from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
 from rollout_runner.clock import Clock
 
@@ -149,6 +154,9 @@ class TrialRecord:
                 verifier_started_at=start(Phase.VERIFIER),
                 verifier_ended_at=end(Phase.VERIFIER),
                 ended_at=self.ended_at,
+            ),
+            rollout=TrialAdditions(
+                failure_class=failure_class(error.type, agent_name=agent) if error else None
             ),
         )
 

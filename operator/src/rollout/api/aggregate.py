@@ -1,10 +1,10 @@
-"""Counting a job's trials once: the job's and each agent's figures, its metrics, and the job's
-result.json built from its trials.
+"""Counting a job's trials once: the job's and each agent's figures, its metrics, its failed
+trials per failure class, and the job's result.json built from its trials.
 
 The definitions of completed, failed and passed are `rollout.api.results`' (`is_completed`,
-`is_failed`, `is_passed`); this module applies them to many trials in one pass, small enough for
-100,000 trials in memory. The operator aggregates from its index, the CLI from trial result
-files.
+`is_failed`, `is_passed`), the failure classes `rollout.api.failures`'; this module applies them
+to many trials in one pass, small enough for 100,000 trials in memory. The operator aggregates
+from its index, the CLI from trial result files.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rollout.api.additions import AgentAdditions, FailureCounts, JobAdditions
 from rollout.api.errors import ErrorType
+from rollout.api.failures import FailureClass, failure_class
 from rollout.api.metrics import MetricType, MetricValue, compute_metric
 from rollout.api.results import (
     AgentSummary,
@@ -32,7 +34,8 @@ class TrialOutcome:
     """What aggregation needs of one trial, small enough to keep 100,000 of them in memory.
 
     The operator builds these from its index (a pending trial has neither reward nor error); the
-    CLI gets them from trial result.json files with `from_result`.
+    CLI gets them from trial result.json files with `from_result`. `failure_class` is the class
+    the trial's record gives its error; without one, the table's (`error_class`).
     """
 
     task_name: str
@@ -42,6 +45,7 @@ class TrialOutcome:
     reward: float | None = None
     error_type: ErrorType | None = None
     cost: float | None = None
+    failure_class: FailureClass | None = None
 
     @classmethod
     def from_result(cls, result: TrialResult) -> TrialOutcome:
@@ -53,7 +57,15 @@ class TrialOutcome:
             reward=result.reward,
             error_type=result.error.type if result.error else None,
             cost=result.cost,
+            failure_class=result.failure_class,
         )
+
+    @property
+    def error_class(self) -> FailureClass | None:
+        """Whose failure the trial's error is; None without an error."""
+        if self.error_type is None:
+            return None
+        return self.failure_class or failure_class(self.error_type, agent_name=self.agent_name)
 
     @property
     def completed(self) -> bool:
@@ -73,24 +85,34 @@ class _Tally:
     """Running counts for the job or one agent."""
 
     total: int = 0
-    failed: int = 0
     passed: int = 0
     rewards: list[float] = field(default_factory=list)
     costs: list[float] = field(default_factory=list)
+    failures: dict[FailureClass, int] = field(
+        default_factory=lambda: dict.fromkeys(FailureClass, 0)
+    )
+    """Failed trials by class; they add up to the failed trials."""
 
     def add(self, outcome: TrialOutcome) -> None:
         self.total += 1
         if is_completed(outcome.reward):
             self.rewards.append(outcome.reward)
             self.passed += is_passed(outcome.reward)
-        elif is_failed(outcome.reward, outcome.error_type):
-            self.failed += 1
+        elif is_failed(outcome.reward, outcome.error_type) and (cls := outcome.error_class):
+            self.failures[cls] += 1
         if outcome.cost is not None:
             self.costs.append(outcome.cost)
 
     @property
     def completed(self) -> int:
         return len(self.rewards)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failures.values())
+
+    def failure_counts(self) -> FailureCounts:
+        return FailureCounts(**{c.value: n for c, n in self.failures.items()})
 
     @property
     def pass_rate(self) -> float | None:
@@ -119,12 +141,15 @@ class _Tally:
 class JobSummary:
     """A job's figures without the per-trial list: what the RolloutJob status shows.
 
-    The job's own figures are defined exactly as each agent's, so they are one `AgentSummary`.
+    The job's own figures are defined exactly as each agent's, so they are one `AgentSummary`;
+    `failures` and `agent_failures` count the failed trials per class.
     """
 
     job: AgentSummary
     agents: dict[str, AgentSummary]
     metrics: list[MetricValue]
+    failures: FailureCounts
+    agent_failures: dict[str, FailureCounts]
 
 
 def _outcome(trial: TrialResult | TrialOutcome) -> TrialOutcome:
@@ -153,6 +178,8 @@ def summarize(
         job=job.agent_summary(),
         agents={name: tally.agent_summary() for name, tally in agents.items()},
         metrics=[MetricValue(type=m, value=compute_metric(m, job.rewards)) for m in metrics],
+        failures=job.failure_counts(),
+        agent_failures={name: tally.failure_counts() for name, tally in agents.items()},
     )
 
 
@@ -171,7 +198,8 @@ def aggregate(
     from trial result files when rebuilding a finished job's result. `total_duration_sec` is
     `ended_at - started_at` when both are known and null otherwise: a sum of trial durations would
     measure compute time, not the job's duration, once trials run concurrently.
-    `metrics` are the job.yaml metrics; with none, the file has no `metrics` key.
+    What the project adds (the metrics, the failed trials per class, for the job and per agent)
+    goes under the file's `rollout` key; `metrics` are the job.yaml metrics (`[]` for none).
     """
     listed: list[TrialOutcome] = [_outcome(t) for t in trials]
     summary = summarize(listed, metrics=metrics)
@@ -197,7 +225,14 @@ def aggregate(
             )
             for o in listed
         ],
-        metrics=summary.metrics if metrics else None,
+        rollout=JobAdditions(
+            metrics=summary.metrics,
+            failures=summary.failures,
+            agents={
+                name: AgentAdditions(failures=counts)
+                for name, counts in summary.agent_failures.items()
+            },
+        ),
     )
 
 

@@ -19,16 +19,17 @@ How a trial counts (the seed's field definitions, implemented once in `is_comple
 
 So `total_trials - completed_trials - failed_trials` is the number of trials without a verdict.
 
-Jobs configure metrics in job.yaml but the seed's job result.json has no field for them: the job
-result carries an extra `metrics` list of `{type, value}`, written after the seed's fields and left
-out entirely when the job configures none, so a seed job result.json round-trips unchanged.
+What the project adds to the seed's files lives under ONE key, `rollout`, the last key of both
+files (`rollout.api.additions` says what it holds); the seed's fields keep their names, types,
+meaning and order. A job result.json of the previous version had `metrics` as a top-level key;
+it is read into `rollout.metrics`.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Self, TypeGuard
+from typing import Annotated, Any, Self, TypeGuard
 
 from pydantic import (
     AfterValidator,
@@ -40,8 +41,10 @@ from pydantic import (
     model_validator,
 )
 
+from rollout.api.additions import PROJECT_KEY, JobAdditions, TrialAdditions
 from rollout.api.base import ApiModel, FileModel
 from rollout.api.errors import ErrorType, InvalidInput, problems_from_validation_error
+from rollout.api.failures import FailureClass, failure_class
 from rollout.api.metrics import MetricValue
 
 # --- timestamps ---------------------------------------------------------------------------------
@@ -92,6 +95,10 @@ class _ResultFile(FileModel):
     def to_json(self) -> str:
         """The file's text: two-space indent, keys in the seed's order, a final newline."""
         return json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+def _absent(value: object) -> bool:
+    return value is None
 
 
 # --- trial result.json -------------------------------------------------------------------------
@@ -149,6 +156,20 @@ class TrialResult(_ResultFile):
     error: TrialError | None = Field(default=None, description="Why the trial failed, if it did.")
     durations: TrialDurations = Field(default_factory=TrialDurations)
     timestamps: TrialTimestamps = Field(default_factory=TrialTimestamps)
+    rollout: TrialAdditions | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="What the project adds (see the module docstring); absent in a seed file.",
+    )
+
+    @property
+    def failure_class(self) -> FailureClass | None:
+        """Its error's class: as the file records it, else the table's (a seed file has none).
+        Null with an error means none was recorded, so the table's too."""
+        recorded = self.rollout.failure_class if self.rollout else None
+        if recorded is not None or self.error is None:
+            return recorded
+        return failure_class(self.error.type, agent_name=self.agent_name)
 
     @property
     def completed(self) -> bool:
@@ -235,15 +256,46 @@ class JobResult(_ResultFile):
     ended_at: Timestamp | None = None
     agents: dict[str, AgentSummary] = Field(default_factory=dict)
     results: list[TrialSummary] = Field(default_factory=list)
-    metrics: list[MetricValue] | None = Field(
+    rollout: JobAdditions | None = Field(
         default=None,
-        exclude_if=lambda v: v is None,
-        description="The metrics job.yaml asks for; left out of the file when it asks for none.",
+        exclude_if=_absent,
+        description="What the project adds (see the module docstring); absent in a seed file.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metrics_of_the_previous_version(cls, data: Any) -> Any:
+        # The previous version wrote the metrics as a top-level key: read them where they live now.
+        if not isinstance(data, dict) or "metrics" not in data:
+            return data
+        data = dict(data)
+        metrics = data.pop("metrics")
+        additions = data.get(PROJECT_KEY)
+        if additions is not None and not isinstance(additions, dict):
+            return {**data, "metrics": metrics}  # a malformed file: validation says what is wrong
+        if additions is not None and "metrics" in additions:
+            raise ValueError(
+                f"metrics are both a top-level key (an earlier version's place) and under "
+                f"{PROJECT_KEY}; keep {PROJECT_KEY}.metrics"
+            )
+        if metrics is not None:
+            data[PROJECT_KEY] = {**(additions or {}), "metrics": metrics}
+        return data
+
+    @property
+    def metrics(self) -> list[MetricValue]:
+        """The job's metrics (`rollout.metrics`; none in a seed file)."""
+        return (self.rollout.metrics if self.rollout else None) or []
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> Self:
         _check_counts(self.total_trials, self.completed_trials, self.failed_trials, "")
+        failures = self.rollout.failures if self.rollout else None
+        if failures is not None and failures.total != self.failed_trials:
+            raise ValueError(
+                f"{PROJECT_KEY}.failures count {failures.total} failed trials, "
+                f"failed_trials {self.failed_trials}"
+            )
         return self
 
 

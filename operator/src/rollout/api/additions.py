@@ -1,0 +1,99 @@
+"""What the project adds to the seed's result files: all of it under ONE key, `rollout`.
+
+The seed's trial and job result.json fields keep their names, types, meaning and order, so a
+reader written for the seed never breaks. Everything the project adds (now the failure class, the
+job's metrics and its failed trials per class; later tries, per-key rewards, trace ids) lives
+under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
+
+    trial result.json   "rollout": {"failure_class": "agent" | "task" | "infrastructure" | null}
+    job result.json     "rollout": {"metrics": [{"type": "mean", "value": 0.85}],
+                                    "failures": {"agent": 1, "task": 0, "infrastructure": 1},
+                                    "agents": {"<agent>": {"failures": {...}}}}
+
+- `failure_class`: the class of the trial's error (`rollout.api.failures`), null without one.
+- `metrics`: the job.yaml metrics over the completed trials' rewards (`[]` when none is
+  configured).
+- `failures`: the failed trials (the seed's `failed_trials`) by the class of their error, so that
+  `agent + task + infrastructure == failed_trials`; `agents` has the same per agent.
+
+The key is left out of a file that has none (a seed file, another tool's), so such a file
+round-trips byte for byte; a key under it that this version does not know (a later version's) is
+kept and written back, never refused. A value this version cannot know of a file (the failures
+of a job result.json written before they were counted) is left out, never guessed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from pydantic import ConfigDict, Field
+
+from rollout.api.base import ApiModel
+from rollout.api.failures import FailureClass
+from rollout.api.metrics import MetricValue
+
+PROJECT_KEY: Final = "rollout"
+"""The one key of a result.json under which everything the project adds lives."""
+
+Count = Annotated[int, Field(ge=0)]
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
+class _Additions(ApiModel):
+    # Keys a later version adds under `rollout` are kept (and written back), never refused, so
+    # that this version reads the files of later ones.
+    model_config = ConfigDict(extra="allow")
+
+
+class TrialAdditions(_Additions):
+    """What the project adds to a trial's result.json, under `rollout`."""
+
+    failure_class: FailureClass | None = Field(
+        None, description="Whose failure the trial's error is; null when it has none."
+    )
+
+
+class FailureCounts(ApiModel):
+    """Failed trials (the seed's `failed_trials`) by the class of their error."""
+
+    agent: Count = Field(0, description="Failed trials whose error is the agent's.")
+    task: Count = Field(0, description="Failed trials whose error is the task's.")
+    infrastructure: Count = Field(
+        0, description="Failed trials whose error is the infrastructure's."
+    )
+
+    @property
+    def total(self) -> int:
+        return self.agent + self.task + self.infrastructure
+
+
+class AgentAdditions(_Additions):
+    """What the project adds to one agent's figures in the job's result.json."""
+
+    failures: FailureCounts | None = Field(
+        None, exclude_if=_absent, description="The agent's failed trials by class."
+    )
+
+
+class JobAdditions(_Additions):
+    """What the project adds to the job's result.json, under `rollout`."""
+
+    metrics: list[MetricValue] | None = Field(
+        None,
+        exclude_if=_absent,
+        description="The metrics job.yaml asks for, in its order (`[]` for none).",
+    )
+    failures: FailureCounts | None = Field(
+        None,
+        exclude_if=_absent,
+        description="The job's failed trials by class; absent from a file that did not count "
+        "them (an earlier version's).",
+    )
+    agents: dict[str, AgentAdditions] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="Per agent, in the order of the seed's `agents`.",
+    )
