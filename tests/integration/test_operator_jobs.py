@@ -82,6 +82,7 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
     failed = by_name[trial_resource_name("eval", "claude", "hello-set", "task-c", 1)]["status"]
     assert failed["phase"] == "Failed"
     assert failed["error"] == {"type": "agent_execution_failed", "message": "exit code 2"}
+    assert failed["failureClass"] == "agent"
     assert failed["durations"]["agentExecutionSec"] == 8.0
     passed = by_name[trial_resource_name("eval", "oracle", "hello-set", "task-b", 2)]["status"]
     assert passed["phase"] == "Succeeded"
@@ -112,8 +113,15 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
         (k.agent, k.task, k.attempt)
         for k in enumerate_trials(["oracle", "claude"], [("hello-set", TASKS)], 2)
     ]
-    assert result.metrics is not None
-    assert result.metrics[0].value == pytest.approx(8 / 11)
+    assert result.rollout is not None
+    assert [(m.type, m.value) for m in result.rollout.metrics or []] == [
+        ("mean", pytest.approx(8 / 11))
+    ]
+    written = json.loads(store.get_bytes(job_result_key("", "eval")))
+    assert "metrics" not in written  # the project's additions are all under `rollout`
+    assert written["rollout"]["failures"] == {"agent": 1, "task": 0, "infrastructure": 0}
+    assert written["rollout"]["agents"]["claude"]["failures"]["agent"] == 1
+    assert status["failures"] == {"agent": 1, "task": 0, "infrastructure": 0}
     config_json = json.loads(store.get_bytes(job_config_key("", "eval")))
     assert config_json["name"] == "eval"
     assert config_json["n_attempts"] == 2

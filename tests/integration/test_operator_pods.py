@@ -5,6 +5,7 @@ build."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from s3_kit import S3Settings
 from kubeharness.kube import Kube
 from kubeharness.pod_status import waiting
 from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
+from rollout.api.layout import job_result_key
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.storage import ObjectStore
 
@@ -114,6 +116,14 @@ async def test_pod_failures_become_the_trials_error(
         await kube.wait_for(lambda: _gone(kube, pod), what="the failed trial's Pod removed")
     assert job["status"]["counts"]["failed"] == 1
     assert "passRate" not in job["status"]  # no trial produced a reward
+    # Not the agent's failure, nor the task's: an RL trainer masks it.
+    assert status["failureClass"] == "infrastructure"
+    infrastructure = {"agent": 0, "task": 0, "infrastructure": 1}
+    assert job["status"]["failures"] == infrastructure
+    result = json.loads(store.get_bytes(job_result_key("", "broken")))
+    assert result["failed_trials"] == 1
+    assert result["rollout"]["failures"] == infrastructure
+    assert result["rollout"]["agents"] == {"oracle": {"failures": infrastructure}}
 
 
 async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_error(
@@ -195,6 +205,8 @@ async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
     assert "environment.docker_image" in unbuilt["error"]["message"]
     assert forced_status["error"]["type"] == "environment_build_failed"
     assert "force_build" in forced_status["error"]["message"]
+    # The build never ran (no builder in this version): the infrastructure's, not the task's.
+    assert unbuilt["failureClass"] == forced_status["failureClass"] == "infrastructure"
     assert [w for w in kube.writes(PODS) if w.method == "POST"] == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,24 @@ def test_the_summary_comes_from_result_json_when_there_is_one(tmp_path: Path) ->
         ["oracle", "10", "9", "1", "80.0%", "0.800"],
         ["all", "20", "18", "2", "85.0%", "0.850"],
     ]
+
+
+def test_the_summary_says_whose_failures_the_failed_trials_were(tmp_path: Path) -> None:
+    result = json.loads((DATA / "seed" / "job_result.json").read_text())
+    result["rollout"] = {"failures": {"agent": 1, "task": 0, "infrastructure": 1}}
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    out = io.StringIO()
+    summary = load_summary(tmp_path, None)
+    assert summary is not None
+    print_summary(make_console(out), summary)
+    assert out.getvalue().splitlines()[-1] == (
+        "Failed trials by class: agent 1, task 0, infrastructure 1"
+    )
+    # From the RolloutJob's status alike.
+    body = {**BODY, "status": {**BODY["status"], "failures": {"agent": 0, "task": 1}}}
+    from_status = load_summary(tmp_path / "nothing", body)
+    assert from_status is not None
+    assert from_status.failures == {"agent": 0, "task": 1}
 
 
 def test_the_summary_comes_from_the_status_otherwise(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rollout.api.errors import ErrorType
+from rollout.api.failures import FailureClass
 from rollout.api.resources import TrialPhase
 from rollout.api.trials import child_name
 from rollout.controller.config import OperatorConfig
@@ -84,6 +85,18 @@ def test_phases_and_error_types_are_read() -> None:
     entry = trial_entry(trial_body(phase="Failed", error={"type": "verifier_failed"}))
     assert entry.phase is TrialPhase.FAILED
     assert entry.error_type is ErrorType.VERIFIER_FAILED
+
+
+def test_the_failure_class_is_read_and_else_the_tables() -> None:
+    build = {"type": "environment_build_failed", "message": "no builder"}
+    recorded = trial_entry(trial_body(phase="Failed", error=build, failureClass="infrastructure"))
+    assert recorded.failure_class is FailureClass.INFRASTRUCTURE
+    assert recorded.outcome().error_class is FailureClass.INFRASTRUCTURE
+    # A status of the previous version (or a garbled one) has none: the table decides.
+    for status in ({}, {"failureClass": "cosmic"}, {"failureClass": ["agent"]}):
+        entry = trial_entry(trial_body(phase="Failed", error=build, **status))
+        assert entry.failure_class is None
+        assert entry.outcome().error_class is FailureClass.TASK
 
 
 def pod_body() -> dict[str, Any]:

@@ -234,6 +234,8 @@ def test_an_image_that_needs_a_build_fails_its_trial_at_creation() -> None:
     assert failures[0]["phase"] == "Failed"
     assert failures[0]["error"]["type"] == "environment_build_failed"
     assert "not supported yet" in failures[0]["error"]["message"]
+    # The build never ran: not the task's Dockerfile, the platform's missing builder.
+    assert failures[0]["failureClass"] == "infrastructure"
 
 
 # --- trial steps ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rollout.api.additions import FailureCounts
 from rollout.api.errors import ErrorType
 from rollout.api.metrics import MetricType
 from rollout.api.resources import JobConditionReason, JobPhase, RolloutJobStatus, TrialPhase
@@ -70,6 +71,7 @@ def test_a_running_job_counts_its_trials_by_the_seeds_definitions(plan: JobPlan)
     assert status.agents["oracle"].completed_trials == 2
     assert status.agents["oracle"].failed_trials == 1
     assert status.agents["claude"].total_trials == 3
+    assert status.failures == FailureCounts(agent=0, task=1, infrastructure=0)  # the oracle's
     assert status.observed_generation == 3
     assert status.started_at == NOW
     assert status.ended_at is None
@@ -110,6 +112,24 @@ def test_a_job_completes_only_with_its_result_written(plan: JobPlan) -> None:
     assert written.result_uri == "s3://b/jobs/j/result.json"
     assert conditions(written)["Complete"] == ("True", JobConditionReason.ALL_TRIALS_FINISHED)
     assert conditions(written)["Running"] == ("False", JobConditionReason.ALL_TRIALS_FINISHED)
+
+
+def test_a_finished_job_says_whose_failures_its_failed_trials_were(plan: JobPlan) -> None:
+    pulled = (TrialPhase.FAILED, None, ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED)
+    done = entries(plan, *[(TrialPhase.SUCCEEDED, 1.0, None)] * 5, pulled)
+    status = job_status(
+        plan=plan, trials=done, previous=RolloutJobStatus(), generation=1, suspended=False,
+        metrics=[], now=NOW, result_uri="s3://b/jobs/j/result.json",
+    )  # fmt: skip
+    assert status.failures == FailureCounts(infrastructure=1)
+    assert status_patch(status)["status"]["failures"] == {
+        "agent": 0, "task": 0, "infrastructure": 1
+    }  # fmt: skip
+    complete = next(c for c in status.conditions if c.type == "Complete")
+    assert complete.message == (
+        "All 6 trials finished: 5 completed, 1 failed "
+        "(0 the agent's, 0 the task's, 1 the infrastructure's)."
+    )
 
 
 def test_suspend_and_resume_show_in_phase_and_conditions(plan: JobPlan) -> None:

@@ -167,6 +167,7 @@ def test_lost_pods_are_retried_up_to_the_limit_then_internal_error() -> None:
     assert action.status["error"]["type"] == "internal_error"
     assert "lost 3 times" in action.status["error"]["message"]
     assert action.status["conditions"][0]["reason"] == "InfraRetriesExhausted"
+    assert action.status["failureClass"] == "infrastructure"
 
 
 def test_a_running_pod_marks_the_trial_running_once() -> None:
@@ -203,6 +204,27 @@ def test_the_runners_message_becomes_the_trials_status() -> None:
     assert action.delete_pod == "t1"
     assert action.durations["total_sec"] == 10.0
     assert "infraRetries" not in status  # a merge patch keeps the count
+    assert status["failureClass"] == "infrastructure"
+
+
+@pytest.mark.parametrize(
+    ("agent", "error_type", "expected"),
+    [
+        ("claude", "agent_execution_timeout", "agent"),
+        ("oracle", "agent_execution_timeout", "task"),  # the oracle runs the task's solution
+        ("claude", "verifier_reward_missing", "task"),
+        ("claude", None, None),
+    ],
+)
+def test_the_trials_status_says_whose_failure_its_error_is(
+    agent: str, error_type: str | None, expected: str | None
+) -> None:
+    error = {"type": error_type, "message": "it happened"} if error_type else None
+    message = {"reward": None if error else 1.0, "error": error}
+    trial = replace(TRIAL, agent=agent)
+    action = decide(trial, finished_pod(message), now=NOW, config=CONFIG, max_infra_retries=2)
+    assert isinstance(action, PatchStatus)
+    assert action.status.get("failureClass") == expected
 
 
 def test_an_error_that_kept_the_reward_fails_the_trial() -> None:
@@ -224,6 +246,7 @@ def test_a_pod_failure_is_the_trials_error_and_preserve_env_keeps_the_pod() -> N
         "message": "no such image",
     }
     assert action.status["conditions"][0]["reason"] == "ImagePullFailed"
+    assert action.status["failureClass"] == "infrastructure"
     assert action.delete_pod == "t1"
     kept = act(replace(TRIAL, preserve_env=True), pod(), failure, now=NOW, max_infra_retries=2)
     assert isinstance(kept, PatchStatus)

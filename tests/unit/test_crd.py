@@ -406,6 +406,7 @@ def test_printer_columns_show_progress() -> None:
         "Attempt",
         "Reward",
         "Error",
+        "Class",
         "Age",
     ]
 

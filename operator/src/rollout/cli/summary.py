@@ -1,5 +1,6 @@
 """The summary table printed when a job ends: per agent, trials, completed, failed, pass rate and
-mean reward, then the job's metrics.
+mean reward, then the job's metrics and whose failures the failed trials were (the agent's, the
+task's, the infrastructure's).
 
 The figures come from the job's downloaded result.json when there is one (the operator's final
 word), else from the RolloutJob's status.
@@ -39,6 +40,8 @@ class Summary:
     rows: list[Row]
     total: Row
     metrics: list[tuple[str, float | None]]
+    failures: dict[str, int] | None = None
+    """Failed trials by class (agent, task, infrastructure); None when the source has none."""
 
 
 def from_result(result: JobResult) -> Summary:
@@ -61,8 +64,10 @@ def from_result(result: JobResult) -> Summary:
         result.pass_rate,
         result.mean_reward,
     )
-    metrics = [(m.type.value, m.value) for m in result.metrics or []]
-    return Summary(result.job_name, rows, total, metrics)
+    metrics = [(m.type.value, m.value) for m in result.metrics]
+    counts = result.rollout.failures if result.rollout else None
+    failures = counts.model_dump() if counts is not None else None
+    return Summary(result.job_name, rows, total, metrics, failures)
 
 
 def from_status(body: Mapping[str, Any]) -> Summary:
@@ -81,7 +86,13 @@ def from_status(body: Mapping[str, Any]) -> Summary:
         if isinstance(a, Mapping)
     ]
     total = Row("all", view.total, view.completed, view.failed, view.pass_rate, view.mean_reward)
-    return Summary(view.job_name, rows, total, view.metrics)
+    counts = (body.get("status") or {}).get("failures")
+    failures = (
+        {str(k): v for k, v in counts.items() if isinstance(v, int)}
+        if isinstance(counts, Mapping)
+        else None
+    )
+    return Summary(view.job_name, rows, total, view.metrics, failures)
 
 
 def load_summary(job_dir: Path, body: Mapping[str, Any] | None) -> Summary | None:
@@ -114,3 +125,6 @@ def print_summary(console: Console, summary: Summary) -> None:
     if summary.metrics:
         metrics = ", ".join(f"{name} {number(value)}" for name, value in summary.metrics)
         console.print(f"Metrics: {metrics}", markup=False)
+    if summary.failures and any(summary.failures.values()):
+        classes = ", ".join(f"{name} {count}" for name, count in summary.failures.items())
+        console.print(f"Failed trials by class: {classes}", markup=False)

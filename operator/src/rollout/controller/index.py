@@ -25,6 +25,7 @@ from typing import Any
 from rollout.api.aggregate import TrialOutcome
 from rollout.api.environment import EnvironmentType
 from rollout.api.errors import ErrorType
+from rollout.api.failures import FailureClass
 from rollout.api.resources import LABEL_TRIAL, RolloutJob, RolloutTrial, TrialPhase
 from rollout.api.trials import child_name
 
@@ -48,6 +49,7 @@ class TrialEntry:
     phase: TrialPhase | None = None
     reward: float | None = None
     error_type: ErrorType | None = None
+    failure_class: FailureClass | None = None
     cost: float | None = None
     pod_name: str | None = None
     infra_retries: int = 0
@@ -80,6 +82,7 @@ class TrialEntry:
             reward=self.reward if finished else None,
             error_type=self.error_type if finished else None,
             cost=self.cost,
+            failure_class=self.failure_class if finished else None,
         )
 
 
@@ -151,6 +154,14 @@ def _error_type(status: Mapping[str, Any]) -> ErrorType | None:
         return ErrorType.INTERNAL_ERROR  # an error of a type we do not know is still an error
 
 
+def _failure_class(status: Mapping[str, Any]) -> FailureClass | None:
+    # Absent (a status of the previous version) or unknown: the table decides, from the error.
+    try:
+        return FailureClass(status["failureClass"])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
 def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
     """The index value of a RolloutTrial object."""
     metadata = body.get("metadata") or {}
@@ -173,6 +184,7 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
         phase=_phase(status.get("phase")),
         reward=_number(status.get("reward")),
         error_type=_error_type(status),
+        failure_class=_failure_class(status),
         cost=_number(status.get("cost")),
         pod_name=str(status["podName"]) if status.get("podName") else None,
         infra_retries=retries if isinstance(retries, int) and retries >= 0 else 0,

@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType
+from rollout.api.failures import BUILD_NOT_RUN
 from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec
 from rollout.api.results import JobResult
 from rollout.controller.config import OperatorConfig
@@ -353,7 +354,15 @@ def _build_failed(view: JobView, job: RolloutJob, trial: PlannedTrial) -> dict[s
     )
     if message is None:
         return None
-    return failed_status(ErrorType.ENVIRONMENT_BUILD_FAILED, message, view.now, pod_name=None)
+    # The build never ran (this version has no builder): the infrastructure's, not the task's.
+    return failed_status(
+        ErrorType.ENVIRONMENT_BUILD_FAILED,
+        message,
+        view.now,
+        pod_name=None,
+        agent_name=trial.key.agent,
+        class_override=BUILD_NOT_RUN,
+    )
 
 
 def _status_urgent(view: JobView, job: RolloutJob, done: bool) -> bool:

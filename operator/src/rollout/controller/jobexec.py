@@ -189,11 +189,13 @@ class JobExecutor:
         except (InvalidInput, ValueError) as err:
             # Our own trial spec cannot be rendered (edited by hand?): the trial fails, the job
             # goes on.
+            agent = ((trial.get("spec") or {}).get("agent") or {}).get("name")
             status = failed_status(
                 ErrorType.INTERNAL_ERROR,
                 f"The trial's Pod cannot be made: {err}",
                 now,
                 pod_name=None,
+                agent_name=str(agent or ""),
             )
             name = str(trial["metadata"]["name"])
             patched = await self.api.patch_trial_status(self.namespace, name, status)

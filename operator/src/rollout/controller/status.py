@@ -2,9 +2,9 @@
 
 Counting follows the seed's definitions, implemented once in `rollout.api.results.summarize`:
 every trial of the plan counts in `total` (created or not), `completed` are trials with a reward,
-`failed` trials whose error kept the reward. `running` are trials whose runner runs, `finished`
-trials that ended whatever the outcome, and `pending` the rest (not created yet, or waiting for
-their Pod).
+`failed` trials whose error kept the reward (and `failures` splits them by class: the agent's,
+the task's, the infrastructure's). `running` are trials whose runner runs, `finished` trials that
+ended whatever the outcome, and `pending` the rest (not created yet, or waiting for their Pod).
 
 Conditions keep their lastTransitionTime while their status holds (`set_condition`), so the same
 situation computes to the same status, and the reconciler patches only what changed.
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from rollout.api.additions import FailureCounts
 from rollout.api.aggregate import TrialOutcome, summarize
 from rollout.api.metrics import MetricType
 from rollout.api.resources import (
@@ -135,7 +136,7 @@ def job_status(
             ConditionStatus.TRUE,
             JobConditionReason.ALL_TRIALS_FINISHED,
             f"All {total} trials finished: {summary.job.completed_trials} completed, "
-            f"{summary.job.failed_trials} failed.",
+            f"{summary.job.failed_trials} failed{_by_class(summary.failures)}.",
             now=now,
             observed_generation=generation,
         )
@@ -151,6 +152,7 @@ def job_status(
             completed=summary.job.completed_trials,
             failed=summary.job.failed_trials,
         ),
+        failures=summary.failures,
         pass_rate=summary.job.pass_rate,
         mean_reward=summary.job.mean_reward,
         total_cost=summary.job.total_cost,
@@ -162,6 +164,15 @@ def job_status(
         if phase == JobPhase.COMPLETED
         else None,
         result_uri=result_uri if phase == JobPhase.COMPLETED else None,
+    )
+
+
+def _by_class(failures: FailureCounts) -> str:
+    if not failures.total:
+        return ""
+    return (
+        f" ({failures.agent} the agent's, {failures.task} the task's, "
+        f"{failures.infrastructure} the infrastructure's)"
     )
 
 

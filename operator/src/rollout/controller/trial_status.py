@@ -1,6 +1,9 @@
 """A RolloutTrial's status, as the trial's reconcile step (`rollout.controller.trials.decide`)
 writes it: running, failed before its runner could report, finished (from the runner's
 termination message), or restarted after its Pod was lost. Pure: each returns the merge patch.
+
+A status with an error carries its class (`failureClass`), decided by `rollout.api.failures` as
+the runner decides it for the trial's result.json.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType
+from rollout.api.failures import FailureClass, failure_class
 from rollout.api.resources import (
     Condition,
     ConditionStatus,
@@ -69,14 +73,20 @@ def failed_status(
     now: datetime,
     *,
     pod_name: str | None,
+    agent_name: str,
     reason: str | None = None,
+    class_override: FailureClass | None = None,
 ) -> dict[str, Any]:
-    """A trial that failed without an outcome from its runner (the Pod or the operator says why)."""
+    """A trial that failed without an outcome from its runner (the Pod or the operator says why).
+
+    `class_override` replaces the table's class where the operator knows better (`BUILD_NOT_RUN`).
+    """
     why = reason or _FAILURE_REASONS.get(error_type, TrialConditionReason.TRIAL_ERROR)
     return _dump(
         RolloutTrialStatus(
             phase=TrialPhase.FAILED,
             error=TrialError(type=error_type, message=message),
+            failure_class=class_override or failure_class(error_type, agent_name=agent_name),
             pod_name=pod_name,
             conditions=[
                 _condition(
@@ -91,7 +101,9 @@ def failed_status(
     )
 
 
-def finished_status(verdict: Finished, now: datetime, *, pod_name: str) -> dict[str, Any]:
+def finished_status(
+    verdict: Finished, now: datetime, *, pod_name: str, agent_name: str
+) -> dict[str, Any]:
     """The trial's status from its runner's termination message."""
     message = verdict.message
     if message is None:
@@ -100,6 +112,7 @@ def finished_status(verdict: Finished, now: datetime, *, pod_name: str) -> dict[
             "The runner ended without a readable termination message.",
             now,
             pod_name=pod_name,
+            agent_name=agent_name,
         )
     phase = pod_phase_for_status(verdict)
     error = message.error
@@ -126,6 +139,7 @@ def finished_status(verdict: Finished, now: datetime, *, pod_name: str) -> dict[
             phase=phase,
             reward=message.reward,
             error=error,
+            failure_class=failure_class(error.type, agent_name=agent_name) if error else None,
             durations=message.durations,
             timestamps=message.timestamps,
             result_uri=message.result_uri,

@@ -268,14 +268,14 @@ def act(
         case Finished():
             durations = verdict.message.durations if verdict.message else None
             return PatchStatus(
-                finished_status(verdict, now, pod_name=pod_name),
+                finished_status(verdict, now, pod_name=pod_name, agent_name=trial.agent),
                 delete_pod=cleanup,
                 final=True,
                 durations=durations.model_dump(by_alias=False) if durations else {},
             )
         case Failed(error_type=error_type, message=message):
             return PatchStatus(
-                failed_status(error_type, message, now, pod_name=pod_name),
+                failed_status(error_type, message, now, pod_name=pod_name, agent_name=trial.agent),
                 delete_pod=cleanup,
                 final=True,
             )
@@ -297,6 +297,7 @@ def act(
                     f"maxInfraRetries ({max_infra_retries}) allows.",
                     now,
                     pod_name=pod_name,
+                    agent_name=trial.agent,
                     reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
                 ),
                 delete_pod=pod_name if removable else None,

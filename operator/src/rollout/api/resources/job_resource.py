@@ -21,7 +21,8 @@ Status phases:
 
 There is no "Cancelled": deleting the RolloutJob cancels it (its trials are owned and go with it).
 The status stays small whatever the number of trials: counts and per-agent aggregates, never a
-list of trials.
+list of trials. `failures` splits `counts.failed` by whose failure each was (agent, task,
+infrastructure; `rollout.api.failures`), so that infrastructure failures stand out.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import AwareDatetime, Field, field_validator
 
+from rollout.api.additions import FailureCounts
 from rollout.api.base import ApiModel
 from rollout.api.environment import ClusterEnvironmentSettings
 from rollout.api.job import JobDataset
@@ -159,6 +161,10 @@ class RolloutJobStatus(ApiModel):
         None, ge=0, description="The metadata.generation this status describes."
     )
     counts: TrialCounts = Field(default_factory=TrialCounts, description="Trials by state.")
+    failures: FailureCounts | None = Field(
+        None,
+        description="Failed trials by whose failure it was: agent, task, infrastructure.",
+    )
     pass_rate: Fraction | None = Field(
         None, description="Share of completed trials with reward 1.0."
     )
@@ -197,6 +203,13 @@ class RolloutJob(CustomResource):
             ),
             PrinterColumn(
                 "Failed", "integer", ".status.counts.failed", "Trials an error kept from a reward."
+            ),
+            PrinterColumn(
+                "Infra Failed",
+                "integer",
+                ".status.failures.infrastructure",
+                "Failed trials whose error is the infrastructure's.",
+                priority=1,
             ),
             PrinterColumn("Total", "integer", ".status.counts.total", "Trials of the job."),
             PrinterColumn(

@@ -10,8 +10,10 @@ storage and pod overrides. Where the trial writes is derived, not stored:
 Status phases: `Pending` (no Pod running yet), `Running`, `Succeeded` (the trial ran to its end
 without an error that kept the reward; the reward may be null when the verifier is disabled;
 a teardown error alone still counts as Succeeded) and `Failed` (an error prevented the reward; its
-type is one of the seed's error types). Durations and timestamps use the names of the trial's
-result.json in camelCase (`agentExecutionSec`, `verifierStartedAt`).
+type is one of the seed's error types). `failureClass` says whose failure the error is (agent,
+task or infrastructure; `rollout.api.failures`), as the trial's result.json does. Durations and
+timestamps use the names of the trial's result.json in camelCase (`agentExecutionSec`,
+`verifierStartedAt`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic import Field
 
 from rollout.api.base import ApiModel
 from rollout.api.environment import EnvironmentType
+from rollout.api.failures import FailureClass
 from rollout.api.job_settings import LogLevel
 from rollout.api.quantity import QUANTITY_PATTERN
 from rollout.api.resources.common import (
@@ -130,6 +133,9 @@ class RolloutTrialStatus(ApiModel):
         None, allow_inf_nan=False, description="Cost of the trial, when known."
     )
     error: TrialError | None = Field(None, description="The trial's error, if any.")
+    failure_class: FailureClass | None = Field(
+        None, description="Whose failure the error is: agent, task or infrastructure."
+    )
     durations: TrialDurations | None = Field(None, description="Seconds per phase.")
     timestamps: TrialTimestamps | None = Field(None, description="Start and end of each phase.")
     result_uri: str | None = Field(
@@ -162,6 +168,12 @@ class RolloutTrial(CustomResource):
             PrinterColumn("Attempt", "integer", ".spec.attempt", "Attempt number."),
             PrinterColumn("Reward", "number", ".status.reward", "The verifier's reward."),
             PrinterColumn("Error", "string", ".status.error.type", "The error type, if any."),
+            PrinterColumn(
+                "Class",
+                "string",
+                ".status.failureClass",
+                "Whose failure: agent, task, infrastructure.",
+            ),
             PrinterColumn("Pod", "string", ".status.podName", "The trial's Pod.", priority=1),
             AGE_COLUMN,
         ),
