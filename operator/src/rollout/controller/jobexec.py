@@ -131,6 +131,7 @@ class JobExecutor:
                         "%s finished %d s ago; ttlSecondsAfterFinished deletes it", self.where, ttl
                     )
                     await self.api.delete_job(self.namespace, self.name)
+                    self.writes.job_deleted = True
         return done
 
     # --- the job's datasets

@@ -167,8 +167,9 @@ class JobReconciler:
         return 0.0  # still unsettled: the next pass follows at once
 
     def _leaving(self) -> bool:
-        """The job is being deleted or the operator stops: start nothing new."""
-        deleting = bool(self.body["metadata"].get("deletionTimestamp"))
+        """The job is being deleted (or we asked for it) or the operator stops: start nothing
+        new."""
+        deleting = bool(self.body["metadata"].get("deletionTimestamp")) or self.writes.job_deleted
         return deleting or bool(self._stopped)
 
     # --- what it sees
