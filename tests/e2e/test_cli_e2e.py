@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from paths import REPO
 
@@ -80,7 +81,9 @@ def test_rollout_run_of_an_oracle_job_end_to_end(workdir: Path) -> None:
         assert (trial / "logs" / "verifier" / "reward.txt").read_text().strip() in ("1", "1.0")
         job_result = json.loads((job_dir / "result.json").read_text())
         assert (job_result["total_trials"], job_result["pass_rate"]) == (1, 1.0)
-        assert json.loads((job_dir / "config.json").read_text())["name"] == name
+        # config.json: the job file as submitted (relative path, no defaults filled in).
+        config = json.loads((job_dir / "config.json").read_text())
+        assert config == yaml.safe_load((workdir / "job.yaml").read_text())
         assert "oracle" in run.stdout  # the summary table
 
         status = rollout("status", name, cwd=workdir)

@@ -247,9 +247,12 @@ def write_results(
     job_name: str,
     rewards: Mapping[tuple[str, str, str], float | None],
     metrics: Sequence[MetricType] = (MetricType.MEAN, MetricType.MAX),
+    *,
+    config: bool = True,
 ) -> dict[str, bytes]:
-    """Every trial's files plus the job's config.json and result.json, as the operator and its
-    runners leave them; returns {key: content}."""
+    """Every trial's files plus the job's result.json, as the operator and its runners leave
+    them, and (with `config`) a config.json as the operator writes one for a job that the CLI
+    did not submit (`rollout run` writes its own); returns {key: content}."""
     written: dict[str, bytes] = {}
     prefix = store.location.prefix
     trials = []
@@ -263,7 +266,8 @@ def write_results(
         job_name, trials, metrics=metrics, started_at=NOW, ended_at=NOW + timedelta(minutes=2)
     )
     written[job_result_key(prefix, job_name)] = result.to_json().encode()
-    written[job_config_key(prefix, job_name)] = json.dumps({"name": job_name}).encode()
+    if config:
+        written[job_config_key(prefix, job_name)] = json.dumps({"name": job_name}).encode()
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda item: store.put_bytes(*item), written.items()))
     return written

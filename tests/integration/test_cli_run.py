@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_kit import (
     SECRET_VALUE,
     TRIALS,
@@ -37,6 +38,7 @@ from s3_kit import S3Settings
 from kubeharness.kube import Kube
 from kubeharness.resources import ROLLOUT_JOBS, SECRETS
 from rollout.api.dataset import load_local_dataset
+from rollout.api.layout import job_config_key
 from rollout.api.manifest import manifest_digest
 from rollout.api.taskdir import task_content_hash
 from rollout.cli.kube import WATCH_TIMEOUT_SEC
@@ -50,7 +52,12 @@ SECRET = f"{JOB}-agent-env"
 
 
 def run_args(cli: Cli, job_file: Path, *extra: str) -> list[str]:
-    return ["run", str(job_file), *cli.cluster_args(), *cli.storage_args(), *extra]
+    """`rollout run` of `job_file`, downloading beside it (never into the working directory:
+    config.json is in storage from the start, so every run downloads something); `extra` may
+    name another --jobs-dir (the last one counts)."""
+    jobs_dir = str(job_file.parent / "jobs")
+    return ["run", str(job_file), *cli.cluster_args(), *cli.storage_args(), "--jobs-dir", jobs_dir,
+            *extra]  # fmt: skip
 
 
 async def test_run_applies_publishes_follows_and_downloads(
@@ -66,7 +73,7 @@ async def test_run_applies_publishes_follows_and_downloads(
         Bucket=s3_settings.location.bucket, VersioningConfiguration={"Status": "Enabled"}
     )
     monkeypatch.chdir(workspace.root)  # jobs_dir "jobs" is relative to the working directory
-    workspace.job_file()
+    job_file = workspace.job_file(environment={"type": "docker"})
     # `rollout JOB.yaml` is `rollout run JOB.yaml`; the file is named relative to the directory.
     args = [f"{JOB}.yaml", *cli.cluster_args(), *cli.storage_args()]
     run = asyncio.create_task(cli.run(capsys, *args))
@@ -75,6 +82,16 @@ async def test_run_applies_publishes_follows_and_downloads(
     secret = await kube.wait_for(
         lambda: _owned_secret(kube), what="the Secret owned by the RolloutJob"
     )
+
+    # config.json: the job file as written, as JSON, in storage before the RolloutJob was made.
+    config = store.get_bytes(job_config_key("", JOB))
+    submitted = yaml.safe_load(job_file.read_text())
+    assert json.loads(config) == submitted
+    assert submitted["environment"] == {"type": "docker"}  # not the kubernetes it runs as
+    assert submitted["datasets"][0] == {"path": "./alpha"}  # relative, as written
+    assert submitted["agents"][0]["env"]["MY_API_KEY"] == "${MY_API_KEY}"
+    assert "n_concurrent_trials" not in submitted  # no default filled in
+    assert SECRET_VALUE.encode() not in config
 
     # The RolloutJob: job.yaml's content, datasets by content address, no secret value.
     assert SECRET_VALUE not in json.dumps(body)
@@ -155,15 +172,16 @@ async def test_run_applies_publishes_follows_and_downloads(
     await wait_for_watch(kube)
     rewards = rewards_of(TRIALS)
     await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Running", rewards, finished=3))
-    written = await asyncio.to_thread(write_results, store, JOB, rewards)
+    written = await asyncio.to_thread(write_results, store, JOB, rewards, config=False)
     await kube.patch_status(ROLLOUT_JOBS, JOB, job_status("Completed", rewards))
     outcome = await run
 
     assert outcome.code == 0, outcome.stderr
     local = local_tree(workspace.root / "jobs" / JOB)
     assert local == job_tree(store, JOB)
+    assert local.pop("config.json") == config  # downloaded byte for byte
     assert local == {key.removeprefix(f"jobs/{JOB}/"): data for key, data in written.items()}
-    assert {"config.json", "result.json", "coder/beta/sort__1/error.txt"} <= set(local)
+    assert {"result.json", "coder/beta/sort__1/error.txt"} <= set(local)
     for trial in ("coder/alpha/count__1", "oracle/beta/hello__1"):
         for name in (
             "result.json",
@@ -189,6 +207,7 @@ async def test_run_applies_publishes_follows_and_downloads(
     assert _row(table, "all") == ["all", "8", "7", "1", "85.7%", "0.857"]
     assert "Metrics: mean 0.857, max 1.000" in table
     assert f"created RolloutJob {JOB} in namespace {kube.namespace}" in outcome.stderr
+    assert "environment.type docker: each trial runs as a Pod in the cluster" in outcome.stderr
     assert "uploaded 2 task archives and the manifest" in outcome.stderr
     assert "uploaded 1 task archive and the manifest" in outcome.stderr
     assert SECRET_VALUE not in outcome.stdout + outcome.stderr
@@ -235,14 +254,20 @@ async def test_a_job_that_fails_exits_1_with_the_reason(
     assert outcome.code == 1
     assert f"{JOB} Failed: 0/0 trials done" in outcome.stdout
     assert f"job {JOB} failed: {message}" in outcome.stderr
-    assert not (jobs_dir / JOB).exists()  # nothing in storage, nothing downloaded
+    # No trial ran: what there is is the job as submitted.
+    assert local_tree(jobs_dir / JOB) == {"config.json": store.get_bytes(f"jobs/{JOB}/config.json")}
 
 
 async def test_a_deleted_job_exits_3_and_says_where_results_are(
-    kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+    kube: Kube,
+    cli: Cli,
+    workspace: Workspace,
+    store: ObjectStore,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     kube.needs_garbage_collector()  # owner references cascade
-    run = asyncio.create_task(cli.run(capsys, *run_args(cli, workspace.job_file())))
+    job_file = workspace.job_file()
+    run = asyncio.create_task(cli.run(capsys, *run_args(cli, job_file)))
     await wait_for_job(kube, JOB)
     await kube.wait_for(lambda: _owned_secret(kube), what="owned Secret")
     await kube.delete(ROLLOUT_JOBS, JOB)
@@ -252,6 +277,15 @@ async def test_a_deleted_job_exits_3_and_says_where_results_are(
     assert f"rollout download {JOB}" in outcome.stderr
     # The ownerReference cascades (the garbage collector's work).
     await kube.wait_for(lambda: kube.gone(SECRETS, SECRET), what="the job's Secret deleted")
+
+    # The cancelled job keeps its config.json, and `rollout download` brings it down.
+    config = store.get_bytes(job_config_key("", JOB))
+    assert json.loads(config) == yaml.safe_load(job_file.read_text())
+    out = workspace.root / "out"
+    download = ["download", JOB, "--jobs-dir", str(out), *cli.cluster_args(), *cli.storage_args()]
+    downloaded = await cli.run(capsys, *download)
+    assert downloaded.code == 0, downloaded.stderr
+    assert local_tree(out / JOB) == {"config.json": config}
 
 
 async def test_the_watch_is_made_again_when_the_server_ends_it(
@@ -313,8 +347,12 @@ async def test_ctrl_c_leaves_the_job_running_and_says_how_to_follow_it(
     assert await kube.find(ROLLOUT_JOBS, JOB) is not None
 
 
-async def test_a_refused_rolloutjob_leaves_no_secret_behind(
-    kube: Kube, cli: Cli, workspace: Workspace, capsys: pytest.CaptureFixture[str]
+async def test_a_refused_rolloutjob_leaves_no_secret_and_no_config_json_behind(
+    kube: Kube,
+    cli: Cli,
+    workspace: Workspace,
+    store: ObjectStore,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     kube.fail("POST", ROLLOUT_JOBS, status=403, reason="Forbidden", message="not allowed here")
     outcome = await cli.run(capsys, *run_args(cli, workspace.job_file()))
@@ -330,6 +368,11 @@ async def test_a_refused_rolloutjob_leaves_no_secret_behind(
         ("DELETE", SECRETS, SECRET),
     ]
     assert await kube.find(SECRETS, SECRET) is None
+    # Nor its config.json, which was written first: the same job can be submitted again.
+    assert not store.exists(job_config_key("", JOB))
+    again = await cli.run(capsys, *run_args(cli, workspace.job_file(), "--detach"))
+    assert again.code == 0, again.stderr
+    assert store.exists(job_config_key("", JOB))
 
 
 async def test_a_job_no_operator_picks_up_gets_a_hint_and_the_cli_waits_on(

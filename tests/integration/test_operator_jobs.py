@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 import pytest
+from cli_kit import s3_client, versions_by_key
 from operator_kit import (
     AGENTS,
     DATASET,
@@ -252,3 +253,49 @@ async def test_a_docker_job_runs_its_trials_as_pods_like_kubernetes(
     assert finished_pods == {t["metadata"]["name"] for t in trials}
     status = (await kube.get(ROLLOUT_JOBS, "dockerjob"))["status"]
     assert {c["type"]: c["status"] for c in status["conditions"]}["Valid"] == "True"
+
+
+async def test_a_job_has_its_config_json_from_its_start_and_keeps_it_when_deleted(
+    kube: Kube, store: ObjectStore, dataset: dict[str, Any], s3_settings: S3Settings
+) -> None:
+    """A RolloutJob applied without the CLI: the operator writes its job.yaml form as JSON when
+    it accepts the job, before the job's first trial; a job deleted mid-run keeps it."""
+    config = operator_config(s3_settings)
+    job = job_manifest(
+        "early", [dataset], environment={"type": "docker"}, metrics=[{"type": "mean"}]
+    )
+    first = trial_resource_name("early", "oracle", DATASET, TASKS[0], 1)
+    async with kube.operator(memo=operator_memo(kube, config)):
+        await kube.create(ROLLOUT_JOBS, job)
+        # Running, and no trial has finished: no kubelet plays here.
+        await kube.wait_for(lambda: kube.find(PODS, first), what="the first trial's Pod")
+        written = store.get_bytes(job_config_key("", "early"))
+        await kube.delete(ROLLOUT_JOBS, "early")
+        await kube.wait_for(lambda: kube.gone(ROLLOUT_JOBS, "early"), what="the job deleted")
+
+    config_json = json.loads(written)
+    assert config_json["name"] == "early"
+    assert config_json["environment"]["type"] == "docker"  # as applied (it ran as Pods)
+    assert config_json["datasets"] == [dataset["source"]]
+    assert config_json["metrics"] == [{"type": "mean"}]
+    assert store.get_bytes(job_config_key("", "early")) == written  # kept
+    assert not store.exists(job_result_key("", "early"))  # the job never finished
+
+
+async def test_a_config_json_in_storage_before_the_job_is_never_overwritten(
+    kube: Kube, store: ObjectStore, dataset: dict[str, Any], s3_settings: S3Settings
+) -> None:
+    """`rollout run` writes config.json (the file as submitted) before it creates the
+    RolloutJob: the operator keeps it, byte for byte, and writes it no second time."""
+    s3_client(s3_settings).put_bucket_versioning(
+        Bucket=s3_settings.location.bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
+    key = job_config_key("", "submitted")
+    submitted = b'{\n  "name": "submitted",\n  "environment": {\n    "type": "docker"\n  }\n}\n'
+    store.put_bytes(key, submitted, "application/json")
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("submitted", [dataset]))
+        await play_kubelet(kube, lambda: job_phase(kube, "submitted", "Completed"))
+    assert store.get_bytes(key) == submitted
+    assert versions_by_key(s3_settings, "jobs/submitted/")[key] == 1

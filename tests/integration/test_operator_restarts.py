@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from cli_kit import s3_client, versions_by_key
 from operator_kit import (
     AGENTS,
     DATASET,
@@ -43,6 +44,7 @@ from kubeharness.identity import Identity
 from kubeharness.kube import Kube
 from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from loopback import free_port
+from rollout.api.layout import job_config_key
 
 pytestmark = pytest.mark.integration
 
@@ -111,9 +113,14 @@ async def test_an_operator_killed_again_and_again_still_runs_every_trial_once(
 ) -> None:
     config = operator_config(s3_settings)
     kubelet = Kubelet(kube)
+    s3_client(s3_settings).put_bucket_versioning(
+        Bucket=s3_settings.location.bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
+    store = s3_settings.store()
     await kube.create(
         ROLLOUT_JOBS, job_manifest("crashy", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=3)
     )
+    config_json: bytes | None = None
     for count in kill_after:
         async with kube.operator(memo=operator_memo(kube, config)) as operator:
             # Kill it as soon as it has created `count` trials: often between a trial and its
@@ -124,12 +131,17 @@ async def test_an_operator_killed_again_and_again_still_runs_every_trial_once(
             await kubelet.until(enough, f"{count} trials")
             await operator.kill()
         await kubelet.step()  # the kubelet goes on while no operator runs
+        # config.json is there from the job's start, and no restart writes it again.
+        written = store.get_bytes(job_config_key("", "crashy"))
+        assert written == (config_json or written)
+        config_json = written
     async with kube.operator(memo=operator_memo(kube, config)):
         await kubelet.until(lambda: job_phase(kube, "crashy", "Completed"), "the job completes")
         await kube.settle(quiet=0.3)
 
     assert_each_trial_ran_once(kube)
     await assert_job_figures(kube)
+    assert versions_by_key(s3_settings, "jobs/crashy/")[job_config_key("", "crashy")] == 1
     # Every trial's Pod removed, also across restarts.
     assert await kube.list(PODS, kube.namespace) == []
 

@@ -81,6 +81,73 @@ def test_put_get_exists_round_trip(s3_settings: S3Settings) -> None:
     assert head["ContentLength"] == len(data)
 
 
+def test_put_new_writes_only_where_no_object_is(s3_settings: S3Settings) -> None:
+    store = s3_settings.store()
+    key = store.key("jobs", "j1", "config.json")
+
+    assert store.put_new(key, b'{"name": "first"}', "application/json")
+    assert not store.put_new(key, b'{"name": "second"}', "application/json")
+    assert store.get_bytes(key) == b'{"name": "first"}'
+    head = raw_client(s3_settings).head_object(Bucket=s3_settings.location.bucket, Key=key)
+    assert head["ContentType"] == "application/json"
+
+    store.delete(key)
+    assert not store.exists(key)
+    store.delete(key)  # nothing there: nothing to do
+    assert store.put_new(key, b"again")
+
+
+class _RacedHandler(BaseHTTPRequestHandler):
+    """An object that appears between put_new's look and its write: HEAD says 404, PUT 412."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Raced
+
+    def do_HEAD(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_PUT(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.conditions.append(self.headers.get("If-None-Match"))
+        body = (
+            b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code>'
+            b"<Message>At least one of the pre-conditions you specified did not hold</Message>"
+            b"<Condition>If-None-Match</Condition></Error>"
+        )
+        self.send_response(412)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        pass
+
+
+class _Raced(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RacedHandler)
+        self.conditions: list[str | None] = []
+
+
+def test_put_new_loses_a_race_without_overwriting(make_s3_settings: MakeSettings) -> None:
+    server = _Raced()
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        store = make_s3_settings(endpoint, "bucket").store(retry=QUICK)
+        assert not store.put_new("jobs/j1/config.json", b"{}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The write was conditional: a store that knows If-None-Match never overwrites.
+    assert server.conditions == ["*"]
+    assert store.stats.attempts["put_new"] == 1
+
+
 def test_keys_join_the_configured_prefix(make_s3_settings: MakeSettings) -> None:
     settings = make_s3_settings(prefix="/team-a/evals/")
     store = settings.store()

@@ -38,6 +38,7 @@ from rollout.controller.jobdecide import (
     TrialLook,
     TrialStep,
     Warn,
+    WriteJobConfig,
     WriteJobFiles,
     decide_job,
 )
@@ -101,6 +102,7 @@ def view(spec: Any = JOB, **fields: Any) -> JobView:
         "status": running_status(),
         "now": NOW,
         "status_due_in": 1.0,  # not due: only urgent statuses are worked out
+        "config_written": True,  # the job has started: its config.json is in storage
     }
     values.update(fields)
     return JobView(**values)
@@ -174,6 +176,46 @@ def test_unreachable_storage_is_said_and_tried_again() -> None:
     assert valid is not None
     assert (valid.status, valid.reason) == ("Unknown", "StorageUnavailable")
     assert decide(spec=unavailable, status=status) == JobDecision(requeue_after=STORAGE_RETRY_SEC)
+
+
+# --- config.json ---------------------------------------------------------------------------------
+
+
+def test_a_job_that_starts_has_its_config_json_written_before_its_first_trial() -> None:
+    decision = decide(trials={}, status=RolloutJobStatus(), config_written=False)
+    assert decision.actions[0] == WriteJobConfig(STORAGE, JOB.job)
+    assert created(decision) == NAMES[:3]  # after it, in the same decision
+    # Once written (or found in storage), never again: not for a new generation either.
+    assert of_type(decide(trials={}, status=RolloutJobStatus()), WriteJobConfig) == []
+    edited = decide(trials=trials(TrialPhase.RUNNING), generation=2)
+    assert of_type(edited, WriteJobConfig) == []
+
+
+def test_config_json_is_written_whatever_else_a_started_job_does() -> None:
+    # A restarted operator does not know whether it wrote config.json: it asks again (the
+    # executor writes only when storage has none), whatever the job is doing.
+    for fields in (
+        {"trials": trials(TrialPhase.RUNNING, TrialPhase.RUNNING, TrialPhase.RUNNING)},
+        {"spec": planned(suspend=True), "trials": {}},
+        {"trials": finished_trials()},  # every trial finished while no operator ran
+    ):
+        decision = decide(config_written=False, **fields)
+        assert decision.actions[0] == WriteJobConfig(STORAGE, fields.get("spec", JOB).job)
+        assert of_type(decision, WriteJobConfig) == [decision.actions[0]]
+
+
+def test_a_job_that_does_not_start_has_no_config_json_written() -> None:
+    invalid = Invalid(JobConditionReason.INVALID_SPEC, "bad")
+    unavailable = StorageUnavailable("Object storage cannot be reached; retrying: timeout")
+    completed = RolloutJobStatus(phase=JobPhase.COMPLETED)
+    for fields in (
+        {"spec": Unplanned(rollout_job())},  # its datasets not read yet
+        {"spec": invalid, "status": RolloutJobStatus()},
+        {"spec": unavailable, "status": RolloutJobStatus()},
+        {"deleting": True},
+        {"status": completed},  # done before this operator (or this version of it) saw it
+    ):
+        assert of_type(decide(config_written=False, **fields), WriteJobConfig) == [], fields
 
 
 # --- creating trials -----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from rollout.controller.jobdecide import (
     Warn,
 )
 from rollout.controller.jobexec import JobExecutor
+from rollout.controller.jobs import JobReconciler
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.ownwrites import OwnWrites
@@ -292,3 +293,23 @@ async def test_reading_the_datasets_plans_the_trials_or_says_why_not() -> None:
     spec = (await nowhere.run([ResolveDatasets(job)], now=NOW)).spec
     assert isinstance(spec, Invalid)
     assert spec.reason == JobConditionReason.INVALID_SPEC
+
+
+async def test_a_job_deleted_for_its_ttl_is_asked_for_once() -> None:
+    """The status patch that completed the job wakes its reconciler again; until the watch
+    shows the deletion, the job still looks due for it: it is not asked for twice."""
+    api = FakeApi()
+    run, _, _ = executor(api)
+    body = {
+        "apiVersion": "rollout.dev/v1alpha1",
+        "kind": "RolloutJob",
+        "metadata": {"name": "job", "namespace": "ns", "uid": "job-uid", "generation": 1},
+        "spec": {**rollout_job().manifest()["spec"], "ttlSecondsAfterFinished": 0},
+        "status": {"phase": "Completed", "endedAt": "2025-01-15T10:30:00Z"},
+    }
+    reconciler = JobReconciler(
+        run.runtime, body, trials={}, pods={}, post_warning=lambda reason, message: None
+    )
+    await reconciler.step()
+    await reconciler.step()  # woken by an event of a moment before: the body has no deletion
+    assert api.calls == [("delete_job", "job")]

@@ -20,7 +20,8 @@ from rollout.api.results import JobResult
 from rollout.controller.buckets import NoStorage, StoreCache, job_storage_spec, operator_location
 from rollout.controller.config import OperatorConfig
 from rollout.controller.datasets import DatasetProblem, parse_manifest
-from rollout.controller.finish import config_json, job_result
+from rollout.controller.finish import job_result
+from rollout.controller.jobconfig import config_json
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.settings import FINALIZER, configure_settings
 from rollout.datasets.bundle import build_manifest

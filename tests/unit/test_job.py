@@ -15,7 +15,15 @@ from paths import REPO
 from rollout.api.environment import EnvironmentType
 from rollout.api.envrefs import agent_env_references, resolve_agent_env
 from rollout.api.errors import InvalidInput
-from rollout.api.job import JobConfig, default_job_name, job_to_config_json, load_job, parse_job
+from rollout.api.job import (
+    JobConfig,
+    config_json_text,
+    default_job_name,
+    job_to_config_json,
+    load_job,
+    parse_job,
+    read_job_file,
+)
 from rollout.api.job_settings import LogLevel
 from rollout.api.metrics import MetricType
 
@@ -232,6 +240,47 @@ def test_config_json_keeps_references_and_reads_back_equal() -> None:
     assert config["environment"]["preserveEnv"] is False
     assert parse_job(config) == job
     assert "null" not in text
+
+
+def test_a_job_file_is_kept_as_written_beside_the_job(tmp_path: Path) -> None:
+    text = (
+        "# the job as submitted\n"
+        "agents:\n"
+        "  - name: cpe\n"
+        "    execute: cpe run\n"
+        "    env: {KEY: '${API_KEY}', MODEL: sonnet}\n"
+        "datasets:\n"
+        "  - path: ./tasks\n"
+        "  - registry: {path: ../registry.json}\n"
+        "    name: x\n"
+        "environment:\n"
+        "  type: docker\n"
+        "  preserve_env: true\n"
+    )
+    read = read_job_file(write(tmp_path, text))
+    assert read.job == load_job(tmp_path / "job.yaml")  # paths absolute, defaults filled in
+    assert read.job.datasets[0].path == str(tmp_path / "tasks")
+    # The content: the file's keys in its order, nothing filled in, nothing resolved.
+    assert read.content == yaml.safe_load(text)
+    assert list(read.content) == ["agents", "datasets", "environment"]
+    assert read.content["datasets"][0] == {"path": "./tasks"}
+    assert read.content["environment"] == {"type": "docker", "preserve_env": True}
+
+
+def test_config_json_text_is_the_content_as_json_in_its_order() -> None:
+    content = {"name": "évaluation", "agents": [{"env": {"K": "${V}"}}], "n_attempts": 2}
+    text = config_json_text(content)
+    assert json.loads(text) == content
+    assert list(json.loads(text)) == ["name", "agents", "n_attempts"]
+    assert text.startswith('{\n  "name": "évaluation",\n')  # indented, not escaped
+    assert text.endswith("}\n")
+
+
+def test_a_job_json_file_is_kept_as_written_too(tmp_path: Path) -> None:
+    content = {"datasets": [{"path": "t"}], "agents": [{"name": "oracle"}], "n_attempts": 3}
+    read = read_job_file(write(tmp_path, json.dumps(content), "job.json"))
+    assert read.content == content
+    assert json.loads(config_json_text(read.content)) == content
 
 
 # --- malformed job files --------------------------------------------------------------------------

@@ -21,6 +21,11 @@ open, made here once:
   directory and stays relative to the working directory, as the seed has it.
 - Agent env values are strings; `${NAME}` in one takes NAME from the submitter's environment
   (`rollout.api.envrefs`).
+- `jobs/<job>/config.json` is the seed's "copy of job.yaml in JSON format": the file's content as
+  it was submitted (`read_job_file(...).content`, written by `config_json_text`), not the model.
+  So no default is filled in, paths stay as written, `${VAR}` stays text and `type: docker`
+  stays docker; what was worked out from it (the job's name when the file has none, absolute
+  paths, dataset digests, the type a cluster runs) is not in it.
 
 Where the rest is: the settings job.yaml shares with a RolloutJob (`rollout.api.job_settings`,
 `rollout.api.environment`), the rules both obey (`rollout.api.rules`), problem reports
@@ -29,8 +34,10 @@ Where the rest is: the settings job.yaml shares with a RolloutJob (`rollout.api.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -229,12 +236,29 @@ def parse_job(data: Any, *, file: str | Path = "job.yaml") -> JobConfig:
         raise InvalidInput(validation_problems(err, file, JobConfig)) from None
 
 
+@dataclass(frozen=True)
+class JobFile:
+    """A job file as read: the job, and the file's content as it was written."""
+
+    job: JobConfig
+    """As `load_job` gives it: defaults filled in, dataset paths absolute."""
+    content: dict[str, Any]
+    """The file's mapping as written (config.json's content): its keys in their order, no
+    default filled in, paths as written, `${VAR}` as text."""
+
+
+def read_job_file(path: str | Path) -> JobFile:
+    """Read job.yaml, job.yml or job.json (see `load_job`), keeping its content as written."""
+    path = Path(path)
+    content = read_document(path, JOB_FILE_SUFFIXES)
+    job = parse_job(content, file=path)  # refuses anything but a mapping
+    return JobFile(resolve_paths(job, path.parent), dict(content))
+
+
 def load_job(path: str | Path) -> JobConfig:
     """Read job.yaml, job.yml or job.json; relative dataset paths become absolute (relative to
     the file's directory). Every problem is an `InvalidInput` naming the file and the field."""
-    path = Path(path)
-    job = parse_job(read_document(path, JOB_FILE_SUFFIXES), file=path)
-    return resolve_paths(job, path.parent)
+    return read_job_file(path).job
 
 
 def resolve_paths(job: JobConfig, base_dir: str | Path) -> JobConfig:
@@ -258,9 +282,18 @@ def resolve_paths(job: JobConfig, base_dir: str | Path) -> JobConfig:
 
 
 def job_to_config_json(job: JobConfig) -> dict[str, Any]:
-    """The job as `jobs/<job>/config.json` stores it: job.yaml's keys with every default, unset
-    (null) settings left out. `parse_job` reads it back to an equal JobConfig.
+    """The job as a job.yaml mapping: job.yaml's keys with every default, unset (null) settings
+    left out. `parse_job` reads it back to an equal JobConfig. The operator's config.json of a
+    RolloutJob applied without the CLI, which has no file to copy.
 
     Agent env values are kept as written (`${MY_API_KEY}`), never resolved.
     """
     return job.model_dump(mode="json", exclude_none=True)
+
+
+def config_json_text(content: Mapping[str, Any]) -> str:
+    """`jobs/<job>/config.json`'s text: `content` as JSON, in its order, indented by two,
+    non-ASCII as it is, ending in a newline."""
+    # A job file that validated holds only what JSON has (strings, numbers, booleans, null,
+    # lists, string-keyed mappings): the models refuse YAML's dates and non-finite numbers.
+    return json.dumps(content, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

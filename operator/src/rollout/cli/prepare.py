@@ -6,7 +6,8 @@ each dataset's bundle manifest and content address. Every problem found is repor
 naming the file and the field, and nothing has touched storage or the cluster yet.
 
 `environment.type: docker` (job.yaml's default) means "run it in containers"; submitted to a
-cluster that is a Pod per trial, so it becomes `kubernetes` here. Other types (modal, daytona,
+cluster that is a Pod per trial, so it becomes `kubernetes` here (in the RolloutJob; the job's
+config.json keeps the file as written, docker included). Other types (modal, daytona,
 e2b) are refused: the bridge controller that will run them does not exist yet.
 """
 
@@ -22,7 +23,7 @@ from rollout.api.dataset import Dataset, find_registry_dataset, load_local_datas
 from rollout.api.environment import EnvironmentType
 from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import JobConfig, JobDataset, load_job
+from rollout.api.job import JobConfig, JobDataset, read_job_file
 from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
 from rollout.api.translate import job_to_rollout_job
@@ -57,6 +58,9 @@ class PreparedJob:
     datasets: list[PreparedDataset]
     docker_mapped: bool
     """True when job.yaml said `type: docker` explicitly and it became `kubernetes`."""
+    content: dict[str, Any]
+    """The job file as written (type docker still docker, paths relative, `${VAR}` as text):
+    the job's config.json."""
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:
@@ -71,7 +75,8 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
 
 def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> PreparedJob:
     """Load and check everything about the job (see the module docstring)."""
-    job = load_job(path)
+    read = read_job_file(path)
+    job = read.job
     problems: list[Problem] = []
     if refusal := job.environment.type.refusal_on_cluster():
         problems.append(Problem(str(path), "environment.type", f"is {refusal}"))
@@ -93,7 +98,13 @@ def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> Prepa
         and job.environment.type is EnvironmentType.DOCKER
     )
     job = job.model_copy(update={"environment": job.environment.on_cluster()})
-    return PreparedJob(file=path, job=job, datasets=datasets, docker_mapped=explicit_docker)
+    return PreparedJob(
+        file=path,
+        job=job,
+        datasets=datasets,
+        docker_mapped=explicit_docker,
+        content=read.content,
+    )
 
 
 def prepare_dataset(

@@ -8,10 +8,13 @@ to results on disk.
    holds results of a job of that name. Any problem: every one is printed with its file and
    field, and nothing is created anywhere.
 2. Publish each dataset to object storage as a content-addressed bundle (skipping what is there).
-3. Create the agent env Secret (values of `${VAR}`; never in the RolloutJob), then the RolloutJob,
-   then make the RolloutJob the Secret's owner, so deleting the job deletes the Secret.
+3. Store the job file as submitted, as JSON, in `jobs/<job>/config.json` (only where storage has
+   none: a job of that name that got there first is refused). Then create the agent env Secret
+   (values of `${VAR}`; never in the RolloutJob), then the RolloutJob, then make the RolloutJob
+   the Secret's owner, so deleting the job deletes the Secret. When the RolloutJob cannot be
+   created, the Secret and config.json are removed again.
    `environment.type: docker` (job.yaml's default) means the cluster runs each trial as a Pod:
-   it is submitted as `kubernetes`.
+   it is submitted as `kubernetes` (config.json keeps the file's docker).
 4. Follow the job as its status changes: trials done of total, running, errors, pass rate and
    each metric the job configures.
 5. Download the results into `<jobs_dir>/<job>/` (jobs_dir from job.yaml, relative to this
@@ -26,12 +29,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rollout.api.errors import InvalidInput, Problem
+from rollout.api.job import config_json_text
 from rollout.api.layout import job_config_key, job_prefix, job_result_key, local_job_dir
 from rollout.api.resources import RolloutJob
 from rollout.cli import config, kube
@@ -121,18 +125,21 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     for report in publish_datasets(store, prepared.datasets):
         note(report.describe(store))
 
-    # 3. The Secret, the RolloutJob, the Secret's owner.
+    # 3. config.json, the Secret, the RolloutJob, the Secret's owner.
+    config_key = _write_config(store, prepared, args.job_file)
     secret_name = secret["metadata"]["name"] if secret is not None else None
-    if secret is not None:
-        cluster.create_secret(secret)
+    secret_made = False
     try:
+        if secret is not None:
+            cluster.create_secret(secret)
+            secret_made = True
         created = cluster.create_job(rollout_job.manifest())
     except CliError:
-        if secret_name is not None:  # leave nothing behind; the first error is the one to tell
-            try:
-                cluster.delete_secret(secret_name)
-            except CliError as cleanup:
-                note(f"warning: {cleanup}")
+        # Leave nothing behind, so that the job can be submitted again; the first error is the
+        # one to tell.
+        if secret_made and secret_name is not None:
+            _undo(lambda: cluster.delete_secret(secret_name))
+        _undo(lambda: store.delete(config_key))
         raise
     if secret_name is not None:
         try:
@@ -295,13 +302,40 @@ def _check_no_old_results(store: ObjectStore, prepared: PreparedJob, job_file: P
     name = prepared.job.name
     for key in (job_config_key(prefix, name), job_result_key(prefix, name)):
         if store.exists(key):
-            raise InvalidInput.one(
-                job_file,
-                "name",
-                f"storage already holds results of a job named {name!r} "
-                f"({store.uri(job_prefix(prefix, name))}): give the job another name, or delete "
-                "those results first",
-            )
+            raise _name_in_storage(store, name, job_file)
+
+
+def _name_in_storage(store: ObjectStore, name: str, job_file: Path) -> InvalidInput:
+    return InvalidInput.one(
+        job_file,
+        "name",
+        f"storage already holds results of a job named {name!r} "
+        f"({store.uri(job_prefix(store.location.prefix, name))}): give the job another name, "
+        "or delete those results first",
+    )
+
+
+def _write_config(store: ObjectStore, prepared: PreparedJob, job_file: Path) -> str:
+    """Store the job file as submitted, as JSON, at `jobs/<job>/config.json`; its key.
+
+    Written before the RolloutJob exists, so that the operator, which writes a config.json for
+    jobs applied without the CLI, finds it there and keeps it. Written only where storage has
+    none: a submission of the same name that got there since the checks is refused here, before
+    anything is created in the cluster.
+    """
+    key = job_config_key(store.location.prefix, prepared.job.name)
+    text = config_json_text(prepared.content)
+    if not store.put_new(key, text.encode(), "application/json"):
+        raise _name_in_storage(store, prepared.job.name, job_file)
+    return key
+
+
+def _undo(step: Callable[[], object]) -> None:
+    """Take back one thing made for a submission that failed; a failure is only a warning."""
+    try:
+        step()
+    except (CliError, StorageError) as err:
+        note(f"warning: {err}")
 
 
 def _how_to_continue(name: str, job_name: str) -> str:

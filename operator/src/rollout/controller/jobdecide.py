@@ -12,10 +12,14 @@ wait on a grace period. In this order:
 3. a Completed job is done for good (like a Kubernetes Job): only its TTL is left;
 4. a job whose datasets are not read yet has them read (`ResolveDatasets`); when storage
    cannot be reached the status says so and the job is looked at again in `STORAGE_RETRY_SEC`;
-5. the trials to look at each take their step (`trials.decide`), and the next trials are
+5. a job so accepted has its config.json written first (`WriteJobConfig`, before its first
+   trial), until the reconciler knows it is in storage; the executor writes it only where
+   storage has none (`rollout run` writes its own before it creates the RolloutJob, and a
+   restarted operator does not know what it wrote before);
+6. the trials to look at each take their step (`trials.decide`), and the next trials are
    created in the seed's order while fewer than nConcurrentTrials are unfinished, each with its
    Pod right away (a trial whose image would need a build fails at once);
-6. the status, only from a settled view: a decision that writes trials leaves it to the next
+7. the status, only from a settled view: a decision that writes trials leaves it to the next
    look, which the reconciler takes at once. It is worked out at most once per status interval
    unless urgent; once every trial has finished, the job's files are written to storage first
    (`WriteJobFiles`), and the next look makes the job Completed; then its TTL.
@@ -100,6 +104,8 @@ class JobView:
     """Seconds until the status is due again (0 or less: due)."""
     result_uri: str | None = None
     """Where the finished job's result.json was just written (None: not yet)."""
+    config_written: bool = False
+    """The job's config.json is known to be in storage (this reconciler wrote or found it)."""
 
 
 # --- what it does ---------------------------------------------------------------------------------
@@ -163,8 +169,16 @@ class CreateTrial:
 
 
 @dataclass(frozen=True)
+class WriteJobConfig:
+    """Write the job's config.json (its job.yaml form) where storage has none."""
+
+    storage: StorageSpec
+    job: RolloutJob
+
+
+@dataclass(frozen=True)
 class WriteJobFiles:
-    """Write the finished job's config.json and result.json to storage."""
+    """Write the finished job's result.json to storage."""
 
     storage: StorageSpec
     job: RolloutJob
@@ -200,6 +214,7 @@ JobAction = (
     ResolveDatasets
     | TrialStep
     | CreateTrial
+    | WriteJobConfig
     | WriteJobFiles
     | ReportGauges
     | PatchJobStatus
@@ -241,8 +256,14 @@ def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
     steps, waiting = _trial_steps(view, spec, config)
     creations = _creations(view, spec, config)
     if creations or any(_writes_trial(step) for step in steps):
-        return JobDecision((*steps, *creations), waiting=waiting)
-    return _status(view, spec, steps, waiting)
+        decision = JobDecision((*steps, *creations), waiting=waiting)
+    else:
+        decision = _status(view, spec, steps, waiting)
+    if view.config_written:
+        return decision
+    # First: a job's trials never run without its config.json in storage.
+    config_json = WriteJobConfig(spec.storage, spec.job)
+    return replace(decision, actions=(config_json, *decision.actions))
 
 
 def _patch(known: RolloutJobStatus, desired: RolloutJobStatus) -> tuple[JobAction, ...]:

@@ -3,7 +3,8 @@
 The actions run in order; an error stops the rest, and the reconciler tries the whole pass again
 later. Every write is idempotent (`kubeapi`), and every write of a trial, a Pod or the job's status
 is remembered (`ownwrites.OwnWrites`) until the watch shows it. `run` says what the next look must
-see (`Done`): trials written, the job's datasets read, its files written.
+see (`Done`): trials written, the job's datasets read, its files written, its config.json in
+storage.
 
 It decides nothing a decision could decide beforehand; what it does depends on a write's answer
 only where the decision cannot know it:
@@ -25,6 +26,7 @@ from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.resources import JobConditionReason, RolloutJob, TrialPhase
 from rollout.controller.datasets import DatasetProblem
 from rollout.controller.finish import write_job_files
+from rollout.controller.jobconfig import write_job_config
 from rollout.controller.jobdecide import (
     CreateTrial,
     DeleteJob,
@@ -34,6 +36,7 @@ from rollout.controller.jobdecide import (
     ResolveDatasets,
     TrialStep,
     Warn,
+    WriteJobConfig,
     WriteJobFiles,
 )
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, check_job, plan_trials
@@ -59,6 +62,8 @@ class Done:
     """The job's datasets were read: its spec as it now stands."""
     result_uri: str | None = None
     """The finished job's files were written: its result.json."""
+    config_written: bool = False
+    """The job's config.json is in storage (written now, or found there)."""
 
     @property
     def changed(self) -> bool:
@@ -104,6 +109,9 @@ class JobExecutor:
                     if not self.leaving():
                         await self._create_trial(action, now)
                         done.trials_written = True
+                case WriteJobConfig(storage=storage, job=job):
+                    await write_job_config(self.runtime.stores.for_spec(storage), job)
+                    done.config_written = True
                 case WriteJobFiles(storage=storage, job=job, result=result):
                     store = self.runtime.stores.for_spec(storage)
                     done.result_uri = (await write_job_files(store, job, result)).result_uri
@@ -123,6 +131,7 @@ class JobExecutor:
                         "%s finished %d s ago; ttlSecondsAfterFinished deletes it", self.where, ttl
                     )
                     await self.api.delete_job(self.namespace, self.name)
+                    self.writes.job_deleted = True
         return done
 
     # --- the job's datasets

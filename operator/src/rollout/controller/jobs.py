@@ -6,8 +6,9 @@ Each pass looks at the job and does what is due, in three parts, the way a trial
 - it observes (`JobView`): the job's spec as understood for its generation (`jobspec`), its status,
   its trials as the index has them with its own recent writes laid over them (`ownwrites`), and
   the trials to take a step now with their Pods (`pacing`);
-- it decides (`jobdecide.decide_job`, pure): create these trials, take these trials' steps, write
-  the job's files, patch its status, delete it for its TTL, look again then;
+- it decides (`jobdecide.decide_job`, pure): write the job's config.json, create these trials,
+  take these trials' steps, write the job's files, patch its status, delete it for its TTL, look
+  again then;
 - it acts (`jobexec.JobExecutor`). When that changed what it sees (trials written, datasets read,
   the job's files written), it looks again at once, in the same pass: the status is only ever
   worked out from a settled view.
@@ -94,6 +95,8 @@ class JobReconciler:
         )
         self._generation: int | None = None
         self._spec: JobSpec | None = None  # the spec as understood for `_generation`
+        # Once in storage, for good (every generation): config.json is the job as submitted.
+        self._config_written = False
         self._stopped: kopf.DaemonStopped | None = None
 
     # --- the loop
@@ -158,13 +161,15 @@ class JobReconciler:
                 if not isinstance(spec, StorageUnavailable):  # that one is tried again next pass
                     self._spec = spec
             result_uri = done.result_uri or result_uri
+            self._config_written = self._config_written or done.config_written
             if not done.changed:
                 return _earliest(decision.requeue_after, recheck)
         return 0.0  # still unsettled: the next pass follows at once
 
     def _leaving(self) -> bool:
-        """The job is being deleted or the operator stops: start nothing new."""
-        deleting = bool(self.body["metadata"].get("deletionTimestamp"))
+        """The job is being deleted (or we asked for it) or the operator stops: start nothing
+        new."""
+        deleting = bool(self.body["metadata"].get("deletionTimestamp")) or self.writes.job_deleted
         return deleting or bool(self._stopped)
 
     # --- what it sees
@@ -201,6 +206,7 @@ class JobReconciler:
             ttl_seconds=ttl_after_finished(self.body.get("spec")),
             status_due_in=self.pacer.status_due_in(),
             result_uri=result_uri,
+            config_written=self._config_written,
         )
 
     def _look(self, trial: TrialEntry | None) -> TrialLook | None:

@@ -7,7 +7,8 @@ free). So it remembers, for a while:
 
 - the trials it wrote (created or patched), until the index has that resourceVersion or newer;
 - the Pods it created or deleted, until the index shows them (or for `PENDING_WRITE_TTL_SEC`);
-- the job's status it patched, until the job's body has that resourceVersion or newer.
+- the job's status it patched, until the job's body has that resourceVersion or newer;
+- that it asked for its job's deletion (its TTL): for good, since the job is on its way out.
 
 Each memory ends after a while even if the watch never shows the write (a lost event, or an object
 deleted meanwhile), so nothing is remembered forever.
@@ -64,6 +65,9 @@ class OwnWrites:
         self.pods_deleted = PendingWrites(clock=clock)
         self._status = RolloutJobStatus()
         self._status_rv: str | None = None
+        self.job_deleted = False
+        """The job's deletion was asked for: nothing more is done for it, as once the watch
+        shows its deletionTimestamp (an event of a moment before must not ask again)."""
 
     # --- trials
 

@@ -34,6 +34,8 @@ MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB
 # delete_objects takes at most this many keys per request.
 DELETE_BATCH = 1000
+# A conditional write (If-None-Match: *) that found the object there, or another one under way.
+CREATE_CONFLICT_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 
 
 def join_key(*parts: str) -> str:
@@ -150,6 +152,38 @@ class ObjectStore:
             key,
             lambda: self._client.put_object(Bucket=self.bucket, Key=key, Body=data, **extra),
         )
+
+    def put_new(self, key: str, data: bytes, content_type: str | None = None) -> bool:
+        """Write the object only where there is none: True when this call wrote it, False when
+        an object was there already (it is left as it is).
+
+        It looks first (HEAD), then writes with `If-None-Match: *`, which S3 (since 2024),
+        MinIO, GCS and R2 refuse with 412 when an object has appeared meanwhile. A store that
+        ignores the header still has the look before: only two writers within the same moment
+        could then both write. A write whose answer is lost and retried finds its own object
+        and says False.
+        """
+        if self.exists(key):
+            return False
+        extra = {"ContentType": content_type} if content_type else {}
+
+        def put() -> bool:
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*", **extra
+                )
+            except ClientError as err:
+                # 412: the object is there; 409: another conditional write of it is under way.
+                if error_code(err) in CREATE_CONFLICT_CODES:
+                    return False
+                raise
+            return True
+
+        return self._call("put_new", key, put)
+
+    def delete(self, key: str) -> None:
+        """Delete the object (no object: nothing to do, as S3 has it)."""
+        self._call("delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=key))
 
     def get_bytes(self, key: str) -> bytes:
         """The object's content; ObjectNotFound when there is no such key."""
