@@ -21,7 +21,8 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from rollout.api.base import OpenFileModel
-from rollout.api.errors import ErrorType, InvalidInput, Problem, problems_from_validation_error
+from rollout.api.errors import ErrorType, InvalidInput, Problem
+from rollout.api.problems import problems_from_validation_error
 from rollout.api.taskdir import TASK_SHAPE, TASK_TOML, Task, load_task, looks_like_task
 
 DATASET_TOML = "dataset.toml"

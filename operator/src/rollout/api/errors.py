@@ -2,6 +2,7 @@
 
 Every loader in this package raises `InvalidInput` carrying `Problem`s, each naming the file and
 the field at fault, so that `rollout validate`, the CLI and the operator all print the same thing.
+pydantic's errors become Problems in `rollout.api.problems`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-
-from pydantic import ValidationError
 
 
 class ErrorType(StrEnum):
@@ -82,13 +81,3 @@ def field_path(loc: Iterable[int | str]) -> str | None:
         else:
             out += f".{part}" if out else str(part)
     return out or None
-
-
-def problems_from_validation_error(err: ValidationError, file: str | Path) -> list[Problem]:
-    """Turn pydantic's errors into Problems naming `file` and the dotted field path."""
-    problems = []
-    for e in err.errors(include_url=False):
-        # Model validators report at the model's own location; their message is the problem.
-        message = e["msg"].removeprefix("Value error, ")
-        problems.append(Problem(str(file), field_path(e["loc"]), message))
-    return problems

@@ -52,7 +52,7 @@ def validation_problems(
 ) -> list[Problem]:
     """pydantic's errors as Problems naming `file` and the field.
 
-    Unlike `errors.problems_from_validation_error`, this expands `FieldErrors` into one problem
+    Unlike `problems_from_validation_error`, this expands `FieldErrors` into one problem
     per field and says "unknown key 'x'" (with a close match from `model`, when given) for keys
     the model does not have.
     """
@@ -68,6 +68,16 @@ def validation_problems(
             problems.append(Problem(str(file), where, _unknown_key_message(model, loc)))
         else:
             problems.append(Problem(str(file), where, error["msg"].removeprefix("Value error, ")))
+    return problems
+
+
+def problems_from_validation_error(err: ValidationError, file: str | Path) -> list[Problem]:
+    """Turn pydantic's errors into Problems naming `file` and the dotted field path."""
+    problems = []
+    for e in err.errors(include_url=False):
+        # Model validators report at the model's own location; their message is the problem.
+        message = e["msg"].removeprefix("Value error, ")
+        problems.append(Problem(str(file), field_path(e["loc"]), message))
     return problems
 
 

@@ -43,9 +43,10 @@ from pydantic import (
 
 from rollout.api.additions import PROJECT_KEY, JobAdditions, TrialAdditions
 from rollout.api.base import ApiModel, FileModel
-from rollout.api.errors import ErrorType, InvalidInput, problems_from_validation_error
+from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.failures import FailureClass, failure_class
 from rollout.api.metrics import MetricValue
+from rollout.api.problems import problems_from_validation_error
 
 # --- timestamps ---------------------------------------------------------------------------------
 

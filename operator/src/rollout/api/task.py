@@ -24,7 +24,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from rollout.api.base import OpenFileModel
-from rollout.api.errors import ErrorType, InvalidInput, Problem, problems_from_validation_error
+from rollout.api.errors import ErrorType, InvalidInput, Problem
+from rollout.api.problems import problems_from_validation_error
 from rollout.api.quantity import (
     cpu_millicores,
     mib_quantity,

@@ -21,8 +21,9 @@ import yaml
 from pydantic import ValidationError
 
 from rollout.api.dataset import find_registry_dataset, load_local_dataset
-from rollout.api.errors import InvalidInput, Problem, problems_from_validation_error
+from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobConfig, load_job
+from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
 from rollout.api.taskdir import load_task
 from rollout.datasets.registry import load_registry

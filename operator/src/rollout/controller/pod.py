@@ -28,7 +28,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from rollout.api.environment import EnvironmentType
-from rollout.api.errors import InvalidInput, Problem, problems_from_validation_error
+from rollout.api.errors import InvalidInput, Problem
+from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import (
     API_VERSION,
     GROUP,

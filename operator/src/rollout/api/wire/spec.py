@@ -15,7 +15,8 @@ import json
 
 from pydantic import ValidationError
 
-from rollout.api.errors import InvalidInput, problems_from_validation_error
+from rollout.api.errors import InvalidInput
+from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import RolloutTrialSpec
 
 SPEC_ENV_VAR = "ROLLOUT_TRIAL_SPEC"
