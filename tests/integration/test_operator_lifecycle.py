@@ -21,12 +21,22 @@ from s3_kit import S3Settings
 
 from kubeharness.kube import Kube
 from kubeharness.resources import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
-from rollout.api.layout import job_result_key
+from rollout.api.layout import job_result_key, trial_prefix
 from rollout.api.resources import FINALIZER
-from rollout.api.results import JobResult
+from rollout.api.results import JobResult, TrialResult
 from rollout.api.trials import trial_resource_name
 
 pytestmark = pytest.mark.integration
+
+
+def trial_key(job: str, task: str) -> str:
+    """The trial's files in the test's bucket."""
+    return trial_prefix("", job, "oracle", "set", task, 1)
+
+
+async def trial_phase(kube: Kube, name: str, phase: str) -> bool:
+    found = await kube.find(ROLLOUT_TRIALS, name)
+    return ((found or {}).get("status") or {}).get("phase") == phase
 
 
 def trial(job: str, task: str) -> str:
@@ -101,12 +111,14 @@ async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
     kube: Kube, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     kube.needs_garbage_collector()  # owner references cascade
-    dataset = publish(s3_settings.store(), make_dataset(tmp_path / "set", ["a", "b"]))
+    store = s3_settings.store()
+    dataset = publish(store, make_dataset(tmp_path / "set", ["a", "b"]))
     config = operator_config(s3_settings)
     async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("doomed", [dataset]))
         await kube.wait_for(lambda: kube.find(PODS, trial("doomed", "b")), what="both Pods")
         await kube.run_pod(trial("doomed", "a"))
+        await kube.wait_for(lambda: trial_phase(kube, trial("doomed", "a"), "Running"))
         mark = kube.mark()
         await kube.delete(ROLLOUT_JOBS, "doomed")
         await kube.wait_for(
@@ -119,6 +131,16 @@ async def test_deleting_a_running_job_takes_its_trials_and_pods_with_it(
     assert [
         str(c) for c in kube.calls(since=mark) if c.method == "POST" and c.resource != EVENTS
     ] == []
+    # The trial whose runner never started got its record from the operator as the job went;
+    # the running one's runner writes its own as its Pod stops (no kubelet plays here).
+    record = TrialResult.from_json(store.get_bytes(trial_key("doomed", "b") + "result.json"))
+    assert record.error is not None
+    assert record.error.type == "internal_error"
+    assert "was deleted (the job was cancelled)" in record.error.message
+    assert record.rollout is not None
+    assert record.rollout.failure_class == "infrastructure"
+    assert store.exists(trial_key("doomed", "b") + "error.txt")
+    assert store.list_keys(trial_key("doomed", "a")) == []
 
 
 async def test_a_finished_job_is_deleted_after_its_ttl(

@@ -1,7 +1,8 @@
 """Pod-level failures, as the kubelet and the scheduler report them, mapped to trial outcomes by
 the real operator: image pulls, scheduling, container start, evictions and deleted Pods (retried
 in a new Pod up to maxInfraRetries, then internal_error), and trials that would need an image
-build."""
+build. Each such trial gets its record in storage from the operator (result.json, error.txt),
+and a retried trial keeps its earlier tries' files under retries/<k>/."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_kit import Cli
 from operator_kit import (
     job_manifest,
     make_dataset,
@@ -23,7 +25,9 @@ from s3_kit import S3Settings
 from kubeharness.kube import Kube
 from kubeharness.pod_status import waiting
 from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
+from rollout.api import layout
 from rollout.api.layout import job_result_key
+from rollout.api.results import TrialResult
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.storage import ObjectStore
 
@@ -32,6 +36,11 @@ pytestmark = pytest.mark.integration
 
 def trial_name(job: str, task: str = "only", attempt: int = 1) -> str:
     return trial_resource_name(job, "oracle", "one", task, attempt)
+
+
+def trial_prefix(job: str) -> str:
+    """The trial's files in the test's bucket (no prefix there)."""
+    return layout.trial_prefix("", job, "oracle", "one", "only", 1)
 
 
 async def trial_status(kube: Kube, name: str, phase: str) -> dict[str, Any] | None:
@@ -124,6 +133,26 @@ async def test_pod_failures_become_the_trials_error(
     assert result["failed_trials"] == 1
     assert result["rollout"]["failures"] == infrastructure
     assert result["rollout"]["agents"] == {"oracle": {"failures": infrastructure}}
+    # The runner never ran: the operator wrote the trial's record, where the status says.
+    prefix = trial_prefix("broken")
+    assert status["resultUri"] == store.uri(prefix + "result.json")
+    record = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
+    assert record.error is not None
+    assert record.error.type == error_type
+    assert words in record.error.message
+    assert (record.task_name, record.dataset_name, record.agent_name, record.attempt) == (
+        "only", "one", "oracle", 1
+    )  # fmt: skip
+    assert record.reward is None
+    assert record.rollout is not None
+    assert record.rollout.failure_class == "infrastructure"
+    assert record.rollout.tries == 1
+    assert record.timestamps.started_at is not None
+    assert record.timestamps.ended_at is not None
+    assert record.durations.environment_setup_sec is not None
+    error_txt = store.get_bytes(prefix + "error.txt").decode()
+    assert error_txt.startswith(f"{error_type}: ")
+    assert words in error_txt
 
 
 async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_error(
@@ -135,17 +164,24 @@ async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_erro
         "reason": "Evicted",
         "message": "The node was low on memory.",
     }
+    prefix = trial_prefix("evict")
     async with kube.operator(memo=operator_memo(kube, config)):
         first = await start_job(kube, store, tmp_path, "evict", maxInfraRetries=1)
         await kube.run_pod(first)
+        # The first try's runner uploaded some of its files before its node took it away.
+        store.put_bytes(prefix + "logs/agent/trace.txt", b"first try")
         await kube.set_pod_status(first, **evicted)
         retry_pod = child_name(trial_name("evict"), "r1")
         await kube.wait_for(lambda: kube.find(PODS, retry_pod), what="a new Pod for the retry")
         status = (await kube.get(ROLLOUT_TRIALS, trial_name("evict")))["status"]
         assert status["infraRetries"] == 1
         assert status["podName"] == retry_pod
+        # The first try's files were kept under retries/1/ before the retry began.
+        assert store.list_keys(prefix) == [prefix + "retries/1/logs/agent/trace.txt"]
+        assert store.get_bytes(prefix + "retries/1/logs/agent/trace.txt") == b"first try"
         await kube.wait_for(lambda: _gone(kube, first), what="the evicted Pod removed")
 
+        store.put_bytes(prefix + "logs/agent/trace.txt", b"second try")
         await kube.set_pod_status(retry_pod, **evicted)
         status = await kube.wait_for(
             lambda: trial_status(kube, trial_name("evict"), "Failed"), what="trial Failed"
@@ -155,6 +191,65 @@ async def test_an_evicted_pod_is_retried_then_the_trial_fails_with_internal_erro
     assert "Evicted" in status["error"]["message"]
     pods_made = [w.name for w in kube.writes(PODS) if w.method == "POST"]
     assert pods_made == [first, retry_pod]
+    # The last try's files stay at the seed's paths, with the record the operator wrote.
+    assert sorted(store.list_keys(prefix)) == [
+        prefix + key
+        for key in ("error.txt", "logs/agent/trace.txt", "result.json",
+                    "retries/1/logs/agent/trace.txt")
+    ]  # fmt: skip
+    record = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
+    assert record.rollout is not None
+    assert record.rollout.tries == 2
+    assert "Tries: 2" in store.get_bytes(prefix + "error.txt").decode()
+
+
+async def test_the_operators_records_are_downloaded_like_any_other(
+    kube: Kube,
+    store: ObjectStore,
+    s3_settings: S3Settings,
+    cli: Cli,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube, config)):
+        pod = await start_job(kube, store, tmp_path, "fetched")
+        pull = waiting("InvalidImageName", 'invalid reference format "N0PE"')
+        await kube.set_pod_status(pod, containers={"environment": pull})
+        await kube.wait_for(lambda: _job_phase(kube, "fetched", "Completed"))
+    out = tmp_path / "out"
+    outcome = await cli.run(
+        capsys, "download", "fetched", "--jobs-dir", str(out), *cli.cluster_args(),
+        *cli.storage_args(),
+    )  # fmt: skip
+    assert outcome.code == 0, outcome.stderr
+    trial = out / "fetched" / "oracle" / "one" / "only__1"
+    assert sorted(p.name for p in trial.iterdir()) == ["error.txt", "result.json"]
+    assert (trial / "result.json").read_bytes() == store.get_bytes(
+        trial_prefix("fetched") + "result.json"
+    )
+    assert (out / "fetched" / "result.json").is_file()
+
+
+async def test_a_record_already_in_storage_is_kept(
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    """An operator that wrote a trial's record and stopped before the trial's status said so
+    leaves it to the next one, which keeps it: the record is written once."""
+    config = operator_config(s3_settings)
+    prefix = trial_prefix("again")
+    async with kube.operator(memo=operator_memo(kube, config)):
+        pod = await start_job(kube, store, tmp_path, "again")
+        earlier = b'{"written": "by the operator before it stopped"}'
+        store.put_bytes(prefix + "result.json", earlier)
+        pull = waiting("InvalidImageName", 'invalid reference format "N0PE"')
+        await kube.set_pod_status(pod, containers={"environment": pull})
+        status = await kube.wait_for(
+            lambda: trial_status(kube, trial_name("again"), "Failed"), what="trial Failed"
+        )
+    assert store.get_bytes(prefix + "result.json") == earlier
+    assert status["resultUri"] == store.uri(prefix + "result.json")
+    assert store.get_bytes(prefix + "error.txt").startswith(b"environment_image_pull_failed: ")
 
 
 async def test_a_pod_deleted_under_a_running_trial_is_replaced_and_the_trial_finishes(
@@ -208,6 +303,12 @@ async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
     # The build never ran (no builder in this version): the infrastructure's, not the task's.
     assert unbuilt["failureClass"] == forced_status["failureClass"] == "infrastructure"
     assert [w for w in kube.writes(PODS) if w.method == "POST"] == []
+    for job in ("unbuilt", "forced"):
+        record = TrialResult.from_json(store.get_bytes(trial_prefix(job) + "result.json"))
+        assert record.error is not None
+        assert record.error.type == "environment_build_failed"
+        assert record.rollout is not None
+        assert record.rollout.failure_class == "infrastructure"
 
 
 async def _job_phase(kube: Kube, name: str, phase: str) -> dict[str, Any] | None:

@@ -270,14 +270,27 @@ def test_a_suspended_job_creates_nothing_and_says_so() -> None:
 
 def test_an_image_that_needs_a_build_fails_its_trial_at_creation() -> None:
     decision = decide(spec=planned({"environment": {}}), trials={})
-    failures = [a.build_failed for a in of_type(decision, CreateTrial)]
-    assert len(failures) == 3
-    assert all(f is not None for f in failures)
-    assert failures[0]["phase"] == "Failed"
-    assert failures[0]["error"]["type"] == "environment_build_failed"
-    assert "not supported yet" in failures[0]["error"]["message"]
+    builds = [a.build_failed for a in of_type(decision, CreateTrial)]
+    assert len(builds) == 3
+    assert all(f is not None and f.final for f in builds)
+    first = builds[0]
+    assert first is not None
+    assert first.record is not None
+    failure = first.status
+    assert failure["phase"] == "Failed"
+    assert failure["error"]["type"] == "environment_build_failed"
+    assert "not supported yet" in failure["error"]["message"]
     # The build never ran: not the task's Dockerfile, the platform's missing builder.
-    assert failures[0]["failureClass"] == "infrastructure"
+    assert failure["failureClass"] == "infrastructure"
+    # Its record says the same, where the status says it is.
+    record = first.record.result
+    assert failure["resultUri"] == first.record.result_uri
+    assert first.record.result_uri.endswith("/result.json")
+    assert record.error is not None
+    assert record.error.type == "environment_build_failed"
+    assert record.rollout is not None
+    assert record.rollout.failure_class == "infrastructure"
+    assert record.rollout.tries == 1
 
 
 # --- trial steps ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from rollout.controller.datasets import ResolvedTask
 from rollout.controller.index import PodEntry, TrialEntry
 from rollout.controller.planner import PlannedTrial
 from rollout.controller.podstatus import Failed, Finished, Lost, Running, Waiting
+from rollout.controller.records import TrialPlace
 from rollout.controller.trials import (
     CreatePod,
     DeletePod,
@@ -35,6 +36,7 @@ from rollout.controller.trials import (
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
 CONFIG = OperatorConfig(runner_image="runner:1")
 STORAGE = StorageSpec(bucket="b", prefix="p")
+PLACE = TrialPlace(STORAGE, "My Job")
 
 
 def job(**spec: Any) -> RolloutJob:
@@ -135,32 +137,38 @@ def finished_pod(message: dict[str, Any]) -> PodEntry:
 
 
 def test_a_trial_without_a_pod_gets_one() -> None:
-    assert decide(TRIAL, None, now=NOW, config=CONFIG, max_infra_retries=2) == CreatePod("t1", 0)
+    assert decide(
+        TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
+    ) == CreatePod("t1", 0)
     retried = replace(TRIAL, infra_retries=1, pod_name="t1-r1")
-    assert decide(retried, None, now=NOW, config=CONFIG, max_infra_retries=2) == CreatePod(
-        "t1-r1", 1
-    )
+    assert decide(
+        retried, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
+    ) == CreatePod("t1-r1", 1)
     # Just created: its watch event is on its way.
-    assert decide(TRIAL, None, now=NOW, config=CONFIG, max_infra_retries=2, pod_requested=True) == (
-        Nothing()
-    )
+    assert decide(
+        TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2, pod_requested=True
+    ) == (Nothing())
 
 
 def test_a_missing_pod_of_a_running_trial_was_lost() -> None:
     running = replace(TRIAL, phase=TrialPhase.RUNNING)
-    action = decide(running, None, now=NOW, config=CONFIG, max_infra_retries=2)
+    action = decide(running, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
     assert isinstance(action, RetryPod)
     assert (action.old_pod, action.new_pod, action.retry) == (None, "t1-r1", 1)
     assert action.status["phase"] == "Pending"
     assert action.status["infraRetries"] == 1
     # A deleted Pod of a trial that never ran is lost too (not silently made again).
-    deleted = decide(TRIAL, None, now=NOW, config=CONFIG, max_infra_retries=2, pod_deleted=True)
+    deleted = decide(
+        TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2, pod_deleted=True
+    )
     assert isinstance(deleted, RetryPod)
 
 
 def test_lost_pods_are_retried_up_to_the_limit_then_internal_error() -> None:
     tired = replace(TRIAL, infra_retries=2, pod_name="t1-r2", phase=TrialPhase.RUNNING)
-    action = act(tired, pod(name="t1-r2"), Lost("Evicted."), now=NOW, max_infra_retries=2)
+    action = act(
+        tired, pod(name="t1-r2"), Lost("Evicted."), now=NOW, place=PLACE, max_infra_retries=2
+    )
     assert isinstance(action, PatchStatus)
     assert action.final
     assert action.delete_pod == "t1-r2"
@@ -171,16 +179,16 @@ def test_lost_pods_are_retried_up_to_the_limit_then_internal_error() -> None:
 
 
 def test_a_running_pod_marks_the_trial_running_once() -> None:
-    action = act(TRIAL, pod(), Running(), now=NOW, max_infra_retries=2)
+    action = act(TRIAL, pod(), Running(), now=NOW, place=PLACE, max_infra_retries=2)
     assert isinstance(action, PatchStatus)
     assert action.status["phase"] == "Running"
     assert action.status["podName"] == "t1"
     assert not action.final
     running = replace(TRIAL, phase=TrialPhase.RUNNING)
-    assert act(running, pod(), Running(), now=NOW, max_infra_retries=2) == Nothing()
-    assert act(TRIAL, pod(), Waiting("ContainerCreating"), now=NOW, max_infra_retries=2) == Nothing(
-        waiting=True
-    )
+    assert act(running, pod(), Running(), now=NOW, place=PLACE, max_infra_retries=2) == Nothing()
+    assert act(
+        TRIAL, pod(), Waiting("ContainerCreating"), now=NOW, place=PLACE, max_infra_retries=2
+    ) == Nothing(waiting=True)
 
 
 def test_the_runners_message_becomes_the_trials_status() -> None:
@@ -192,7 +200,9 @@ def test_the_runners_message_becomes_the_trials_status() -> None:
         "result_uri": "s3://b/jobs/j/oracle/d/t__1/result.json",
         "upload_error": None,
     }
-    action = decide(TRIAL, finished_pod(message), now=NOW, config=CONFIG, max_infra_retries=2)
+    action = decide(
+        TRIAL, finished_pod(message), now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
+    )
     assert isinstance(action, PatchStatus)
     status = action.status
     assert status["phase"] == "Succeeded"  # a teardown error alone keeps the reward
@@ -222,7 +232,9 @@ def test_the_trials_status_says_whose_failure_its_error_is(
     error = {"type": error_type, "message": "it happened"} if error_type else None
     message = {"reward": None if error else 1.0, "error": error}
     trial = replace(TRIAL, agent=agent)
-    action = decide(trial, finished_pod(message), now=NOW, config=CONFIG, max_infra_retries=2)
+    action = decide(
+        trial, finished_pod(message), now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
+    )
     assert isinstance(action, PatchStatus)
     assert action.status.get("failureClass") == expected
 
@@ -231,7 +243,7 @@ def test_an_error_that_kept_the_reward_fails_the_trial() -> None:
     message = TerminationMessage.model_validate(
         {"reward": None, "error": {"type": "verifier_timeout", "message": "too slow"}}
     )
-    action = act(TRIAL, pod(), Finished(message, "{}"), now=NOW, max_infra_retries=2)
+    action = act(TRIAL, pod(), Finished(message, "{}"), now=NOW, place=PLACE, max_infra_retries=2)
     assert isinstance(action, PatchStatus)
     assert action.status["phase"] == "Failed"
     assert action.status["conditions"][0]["message"] == "verifier_timeout: too slow"
@@ -239,7 +251,7 @@ def test_an_error_that_kept_the_reward_fails_the_trial() -> None:
 
 def test_a_pod_failure_is_the_trials_error_and_preserve_env_keeps_the_pod() -> None:
     failure = Failed(ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED, "no such image")
-    action = act(TRIAL, pod(), failure, now=NOW, max_infra_retries=2)
+    action = act(TRIAL, pod(), failure, now=NOW, place=PLACE, max_infra_retries=2)
     assert isinstance(action, PatchStatus)
     assert action.status["error"] == {
         "type": "environment_image_pull_failed",
@@ -248,23 +260,32 @@ def test_a_pod_failure_is_the_trials_error_and_preserve_env_keeps_the_pod() -> N
     assert action.status["conditions"][0]["reason"] == "ImagePullFailed"
     assert action.status["failureClass"] == "infrastructure"
     assert action.delete_pod == "t1"
-    kept = act(replace(TRIAL, preserve_env=True), pod(), failure, now=NOW, max_infra_retries=2)
+    kept = act(
+        replace(TRIAL, preserve_env=True), pod(), failure, now=NOW, place=PLACE, max_infra_retries=2
+    )
     assert isinstance(kept, PatchStatus)
     assert kept.delete_pod is None
 
 
 def test_a_finished_trials_pod_is_removed_unless_preserved_or_going() -> None:
     done = replace(TRIAL, phase=TrialPhase.SUCCEEDED)
-    assert decide(done, pod(), now=NOW, config=CONFIG, max_infra_retries=2) == DeletePod("t1")
+    assert decide(
+        done, pod(), now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
+    ) == DeletePod("t1")
     assert (
-        decide(done, pod(deleting=True), now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
+        decide(done, pod(deleting=True), now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
+        == Nothing()
     )
     kept = replace(done, preserve_env=True)
-    assert decide(kept, pod(), now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
-    assert decide(done, None, now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
+    assert (
+        decide(kept, pod(), now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2) == Nothing()
+    )
+    assert decide(done, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2) == Nothing()
 
 
 @pytest.mark.parametrize("environment_type", ["modal", "docker"])
 def test_trials_of_the_bridge_are_left_to_it(environment_type: str) -> None:
     bridged = replace(TRIAL, environment_type=environment_type)
-    assert decide(bridged, None, now=NOW, config=CONFIG, max_infra_retries=2) == Nothing()
+    assert (
+        decide(bridged, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2) == Nothing()
+    )

@@ -2,15 +2,18 @@
 
 The seed's trial and job result.json fields keep their names, types, meaning and order, so a
 reader written for the seed never breaks. Everything the project adds (now the failure class, the
-job's metrics and its failed trials per class; later tries, per-key rewards, trace ids) lives
-under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
+job's metrics and its failed trials per class, a trial's tries; later per-key rewards, trace ids)
+lives under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
 
-    trial result.json   "rollout": {"failure_class": "agent" | "task" | "infrastructure" | null}
+    trial result.json   "rollout": {"failure_class": "agent" | "task" | "infrastructure" | null,
+                                    "tries": 1}
     job result.json     "rollout": {"metrics": [{"type": "mean", "value": 0.85}],
                                     "failures": {"agent": 1, "task": 0, "infrastructure": 1},
                                     "agents": {"<agent>": {"failures": {...}}}}
 
 - `failure_class`: the class of the trial's error (`rollout.api.failures`), null without one.
+- `tries`: how many Pods the trial ran in: 1, plus one per infrastructure retry (a lost Pod).
+  The earlier tries' files are kept under the trial's `retries/<k>/` (`rollout.api.layout`).
 - `metrics`: the job.yaml metrics over the completed trials' rewards (`[]` when none is
   configured).
 - `failures`: the failed trials (the seed's `failed_trials`) by the class of their error, so that
@@ -53,6 +56,11 @@ class TrialAdditions(_Additions):
 
     failure_class: FailureClass | None = Field(
         None, description="Whose failure the trial's error is; null when it has none."
+    )
+    tries: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        exclude_if=_absent,
+        description="Pods the trial ran in (1 + its infrastructure retries); absent when unknown.",
     )
 
 

@@ -6,6 +6,10 @@ The seed's layout, under an optional prefix in the bucket:
     <prefix>/jobs/<job>/result.json                       the job's result
     <prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/    one trial: result.json, error.txt,
                                                           setup/, command/, logs/
+        .../<task>__<n>/retries/<k>/                      the files of its try k, when a lost Pod
+                                                          made the operator run it again (k = 1
+                                                          for the first Pod); the final try's
+                                                          files are at the seed's paths above
     <prefix>/datasets/<manifest digest>.json              a dataset bundle's manifest
     <prefix>/tasks/<content hash>.tar.gz                  one task's files
 
@@ -33,6 +37,8 @@ COMMAND_STDOUT = "command/stdout.txt"
 COMMAND_STDERR = "command/stderr.txt"
 LOGS_DIR = "logs"
 """The trial's copy of the container's /logs (logs/agent/, logs/verifier/reward.txt, ...)."""
+RETRIES_DIR = "retries"
+"""Under a trial's prefix: the files of its earlier tries, `retries/<k>/` each."""
 
 
 def check_component(value: str, what: str = "name") -> str:
@@ -103,6 +109,14 @@ def trial_prefix(prefix: str, job: str, agent: str, dataset: str, task: str, att
     Append the file constants of this module (RESULT_JSON, SETUP_STDOUT, ...) for its files.
     """
     return f"{job_prefix(prefix, job)}{trial_path(agent, dataset, task, attempt)}/"
+
+
+def retry_prefix(trial: str, try_number: int) -> str:
+    """`<trial prefix>retries/<k>/`: where the files of a trial's try `k` (from 1) are kept once
+    a later try has replaced it."""
+    if try_number < 1:
+        raise ValueError(f"a try is numbered from 1, not {try_number}")
+    return f"{trial}{RETRIES_DIR}/{try_number}/"
 
 
 def dataset_manifest_key(prefix: str, digest: str) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rollout.api.aggregate import TrialOutcome
@@ -27,7 +28,7 @@ from rollout.api.environment import EnvironmentType
 from rollout.api.errors import ErrorType
 from rollout.api.failures import FailureClass
 from rollout.api.resources import LABEL_TRIAL, RolloutJob, RolloutTrial, TrialPhase
-from rollout.api.trials import child_name
+from rollout.api.trials import TrialKey, child_name
 
 FINISHED_PHASES = frozenset({TrialPhase.SUCCEEDED, TrialPhase.FAILED})
 
@@ -54,6 +55,18 @@ class TrialEntry:
     pod_name: str | None = None
     infra_retries: int = 0
     deleting: bool = False
+    created_at: datetime | None = None
+    result_uri: str | None = None
+    """Where the trial's result.json is, once its runner or the operator wrote it."""
+
+    @property
+    def key(self) -> TrialKey:
+        return TrialKey(self.agent, self.dataset, self.task, self.attempt)
+
+    @property
+    def tries(self) -> int:
+        """Pods the trial has run in so far: the first, and one per infrastructure retry."""
+        return self.infra_retries + 1
 
     @property
     def finished(self) -> bool:
@@ -154,6 +167,19 @@ def _error_type(status: Mapping[str, Any]) -> ErrorType | None:
         return ErrorType.INTERNAL_ERROR  # an error of a type we do not know is still an error
 
 
+def api_time(value: Any) -> datetime | None:
+    """A timestamp as the API writes it (RFC 3339, `...Z`), None when absent or unreadable."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 def _failure_class(status: Mapping[str, Any]) -> FailureClass | None:
     # Absent (a status of the previous version) or unknown: the table decides, from the error.
     try:
@@ -189,6 +215,8 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
         pod_name=str(status["podName"]) if status.get("podName") else None,
         infra_retries=retries if isinstance(retries, int) and retries >= 0 else 0,
         deleting=bool(metadata.get("deletionTimestamp")),
+        created_at=api_time(metadata.get("creationTimestamp")),
+        result_uri=str(status["resultUri"]) if status.get("resultUri") else None,
     )
 
 

@@ -6,7 +6,8 @@ have them, the trials to take a step now with their Pods, the time) it returns a
 the actions to carry out in order (`jobexec.JobExecutor`), when to look again, and which trials
 wait on a grace period. In this order:
 
-1. a job being deleted gets nothing more;
+1. a job being deleted gets nothing more (but for the records of its trials whose runner never
+   started, `cancelled_records`, which the reconciler writes as it stops);
 2. an invalid spec gets `Valid=False` and `Failed=True` conditions and a Warning event, once
    (when the status changes, so a restarted operator does not post it again), then its TTL;
 3. a Completed job is done for good (like a Kubernetes Job): only its TTL is left;
@@ -34,7 +35,7 @@ from typing import Any
 
 from rollout.api.errors import ErrorType
 from rollout.api.failures import BUILD_NOT_RUN
-from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec
+from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec, TrialPhase
 from rollout.api.results import JobResult
 from rollout.controller.config import OperatorConfig
 from rollout.controller.finish import job_result
@@ -42,6 +43,7 @@ from rollout.controller.gauges import TrialGauges, trial_gauges
 from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
 from rollout.controller.jobspec import Invalid, JobSpec, Planned, StorageUnavailable, Unplanned
 from rollout.controller.planner import PlannedTrial, all_finished, next_to_create, unfinished_count
+from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.status import (
     invalid_status,
     job_status,
@@ -49,7 +51,6 @@ from rollout.controller.status import (
     status_patch,
     storage_unavailable_status,
 )
-from rollout.controller.trial_status import failed_status
 from rollout.controller.trials import (
     CreatePod,
     DeletePod,
@@ -58,6 +59,7 @@ from rollout.controller.trials import (
     RetryPod,
     TrialAction,
     decide,
+    fail_trial,
     image_build_message,
     trial_manifest,
 )
@@ -120,10 +122,11 @@ class ResolveDatasets:
 
 @dataclass(frozen=True)
 class TrialStep:
-    """Carry out one trial's step (`trials.decide`'s action)."""
+    """Carry out one trial's step (`trials.decide`'s action); its files are at `place`."""
 
     trial: TrialEntry
     action: CreatePod | DeletePod | PatchStatus | RetryPod
+    place: TrialPlace
 
 
 @dataclass(frozen=True)
@@ -140,11 +143,11 @@ class NewTrials:
 @dataclass(frozen=True)
 class CreateTrial:
     """Create a trial (an existing one is accepted) and, when it is new, its first Pod, or fail
-    it at once with `build_failed` (its image would need a build)."""
+    it at once with `build_failed` (its image would need a build: its status and record)."""
 
     trial: PlannedTrial
     made_from: NewTrials
-    build_failed: dict[str, Any] | None = None
+    build_failed: PatchStatus | None = None
 
     @property
     def name(self) -> str:
@@ -266,6 +269,37 @@ def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
     return replace(decision, actions=(config_json, *decision.actions))
 
 
+CANCELLED = (
+    "The trial's RolloutJob was deleted (the job was cancelled) before the trial's runner started."
+)
+
+
+def cancelled_records(
+    spec: JobSpec, trials: Mapping[str, TrialEntry], now: datetime
+) -> list[OperatorRecord]:
+    """The records of a deleted job's trials that no runner will write: those whose runner has
+    not started (a running runner is stopped with its Pod and writes its own)."""
+    if not isinstance(spec, Planned):
+        return []
+    place = TrialPlace(spec.storage, spec.job.job_name)
+    records = []
+    for trial in trials.values():
+        if not trial.runs_in_pod or trial.finished or trial.phase == TrialPhase.RUNNING:
+            continue
+        failed = fail_trial(
+            trial.key,
+            place,
+            ErrorType.INTERNAL_ERROR,
+            CANCELLED,
+            now,
+            tries=trial.tries,
+            created_at=trial.created_at,
+        )
+        assert failed.record is not None  # fail_trial always makes one
+        records.append(failed.record)
+    return records
+
+
 def _patch(known: RolloutJobStatus, desired: RolloutJobStatus) -> tuple[JobAction, ...]:
     """A status patch when the status changes."""
     return (PatchJobStatus(desired),) if status_patch(desired) != status_patch(known) else ()
@@ -306,6 +340,7 @@ def _trial_steps(
     """Each looked-at trial's step, and which of them wait on a grace period."""
     steps: list[TrialStep] = []
     waiting: set[str] = set()
+    place = TrialPlace(planned.storage, planned.job.job_name)
     for look in view.looks:
         trial = look.trial
         if trial.finished and (not trial.runs_in_pod or look.pod is None):
@@ -315,6 +350,7 @@ def _trial_steps(
             look.pod,
             now=view.now,
             config=config,
+            place=place,
             max_infra_retries=planned.job.spec.max_infra_retries,
             pod_requested=look.pod_created,
             pod_deleted=look.pod_deleted,
@@ -325,7 +361,7 @@ def _trial_steps(
             if action.waiting:
                 waiting.add(trial.name)
         else:
-            steps.append(TrialStep(trial, action))
+            steps.append(TrialStep(trial, action, place))
     return steps, frozenset(waiting)
 
 
@@ -365,23 +401,26 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
         job_uid=view.uid,
         runner_image=job.spec.runner_image or config.runner_image,
     )
-    return [CreateTrial(trial, new, _build_failed(view, job, trial)) for trial in chosen]
+    place = TrialPlace(planned.storage, job.job_name)
+    return [CreateTrial(trial, new, _build_failed(view, job, place, trial)) for trial in chosen]
 
 
-def _build_failed(view: JobView, job: RolloutJob, trial: PlannedTrial) -> dict[str, Any] | None:
-    """The failed status of a new trial whose image would need a build (None: it needs none)."""
+def _build_failed(
+    view: JobView, job: RolloutJob, place: TrialPlace, trial: PlannedTrial
+) -> PatchStatus | None:
+    """The failure of a new trial whose image would need a build (None: it needs none)."""
     message = image_build_message(
         trial.key.task, trial.task.config, force_build=job.spec.environment.force_build
     )
     if message is None:
         return None
     # The build never ran (this version has no builder): the infrastructure's, not the task's.
-    return failed_status(
+    return fail_trial(
+        trial.key,
+        place,
         ErrorType.ENVIRONMENT_BUILD_FAILED,
         message,
         view.now,
-        pod_name=None,
-        agent_name=trial.key.agent,
         class_override=BUILD_NOT_RUN,
     )
 

@@ -6,6 +6,11 @@ is remembered (`ownwrites.OwnWrites`) until the watch shows it. `run` says what 
 see (`Done`): trials written, the job's datasets read, its files written, its config.json in
 storage.
 
+Storage comes before the API where a trial's files are concerned: the records the operator writes
+for trials whose runner could not (`records`) are written before the status patches that finish
+those trials and say where they are, several at once; a lost try's files are moved under
+`retries/<k>/` before the retry is recorded. A storage error stops the pass like any other.
+
 It decides nothing a decision could decide beforehand; what it does depends on a write's answer
 only where the decision cannot know it:
 
@@ -16,6 +21,7 @@ only where the decision cannot know it:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,9 +29,11 @@ from datetime import datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType, InvalidInput
-from rollout.api.resources import JobConditionReason, RolloutJob, TrialPhase
+from rollout.api.resources import JobConditionReason, RolloutJob
+from rollout.api.trials import TrialKey
 from rollout.controller.datasets import DatasetProblem
 from rollout.controller.finish import write_job_files
+from rollout.controller.index import TrialEntry, api_time
 from rollout.controller.jobconfig import write_job_config
 from rollout.controller.jobdecide import (
     CreateTrial,
@@ -42,13 +50,17 @@ from rollout.controller.jobdecide import (
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, check_job, plan_trials
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pod import render_trial_pod
+from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.runtime import Runtime
 from rollout.controller.status import status_patch
-from rollout.controller.trial_status import failed_status
-from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod
+from rollout.controller.trial_files import keep_try, write_record
+from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod, fail_trial
 from rollout.storage import StorageError
 
 log = logging.getLogger(__name__)
+
+RECORD_WRITERS = 8
+"""Records written at once: each is a few small requests to storage, mostly waiting."""
 
 PostWarning = Callable[[str, str], None]
 
@@ -96,13 +108,15 @@ class JobExecutor:
 
     async def run(self, actions: Iterable[JobAction], *, now: datetime) -> Done:
         """Carry out `actions` in order (`now`: the time they were decided at)."""
+        actions = list(actions)
+        await self._write_records(actions)
         done = Done()
         for action in actions:
             match action:
                 case ResolveDatasets(job=job):
                     done.spec = await self.resolve(job)
-                case TrialStep(trial=trial, action=step):
-                    if await self._trial_step(trial.name, step, now):
+                case TrialStep(trial=trial, action=step, place=place):
+                    if await self._trial_step(trial, step, place, now):
                         done.trials_written = True
                 case CreateTrial():
                     # Checked before each: the job may go while its trials are created.
@@ -150,34 +164,65 @@ class JobExecutor:
             return StorageUnavailable(f"Object storage cannot be reached; retrying: {err}")
         return plan_trials(job, self.name, datasets, storage, self.where)
 
+    # --- trials' files in storage
+
+    async def _write_records(self, actions: list[JobAction]) -> None:
+        """Write the records of the trials these actions finish without their runner's."""
+        await self.write_records(
+            [
+                action.action.record
+                for action in actions
+                if isinstance(action, TrialStep)
+                and isinstance(action.action, PatchStatus)
+                and action.action.record is not None
+            ]
+        )
+
+    async def write_records(self, records: list[OperatorRecord]) -> None:
+        """Write trials' records, a few at a time (each is a HEAD and a conditional PUT or two)."""
+        limit = asyncio.Semaphore(RECORD_WRITERS)
+
+        async def write(record: OperatorRecord) -> None:
+            async with limit:
+                store = self.runtime.stores.for_spec(record.storage)
+                await asyncio.to_thread(write_record, store, record)
+
+        await asyncio.gather(*(write(record) for record in records))
+
+    async def _write_record(self, record: OperatorRecord | None) -> None:
+        if record is not None:
+            store = self.runtime.stores.for_spec(record.storage)
+            await asyncio.to_thread(write_record, store, record)
+
     # --- trials and their Pods
 
     async def _trial_step(
-        self, name: str, step: CreatePod | DeletePod | PatchStatus | RetryPod, now: datetime
+        self,
+        trial: TrialEntry,
+        step: CreatePod | DeletePod | PatchStatus | RetryPod,
+        place: TrialPlace,
+        now: datetime,
     ) -> bool:
         """Carry out one trial's step; True when the trial was written."""
+        name = trial.name
         match step:
             case CreatePod(pod_name=pod_name, retry=retry):
-                trial = await self.api.get_trial(self.namespace, name)
-                return trial is not None and await self._create_pod(trial, pod_name, retry, now)
+                body = await self.api.get_trial(self.namespace, name)
+                if body is None:
+                    return False
+                return await self._create_pod(body, trial.key, place, pod_name, retry, now)
             case DeletePod(pod_name=pod_name):
                 await self._delete_pod(pod_name)
                 return False
             case PatchStatus():
-                patched = await self.api.patch_trial_status(self.namespace, name, step.status)
-                if patched is None:
-                    return False
-                done = self.writes.trial_written(patched)
-                if step.final:
-                    error = done.error_type.value if done.error_type else None
-                    phase = done.phase.value if done.phase else ""
-                    self.runtime.metrics.trial_finished(phase, error, step.durations)
-                if step.delete_pod:
-                    await self._delete_pod(step.delete_pod)
-                return True
-            case RetryPod():
-                # The retry is recorded first: a restart in between then creates the new Pod
-                # instead of retrying again.
+                # Its record, if any, is in storage already (`_write_records`).
+                return await self._finish(name, step)
+            case RetryPod(keep=keep):
+                # The try's files are kept first, then the retry is recorded: a restart in
+                # between moves what is left (nothing) and retries; one after it creates the new
+                # Pod instead of retrying again.
+                store = self.runtime.stores.for_spec(keep.storage)
+                await asyncio.to_thread(keep_try, store, keep)
                 patched = await self.api.patch_trial_status(self.namespace, name, step.status)
                 if patched is None:
                     return False
@@ -185,11 +230,31 @@ class JobExecutor:
                 log.info("%s: trial %s lost its Pod; retry %d", self.where, name, step.retry)
                 if step.old_pod:
                     await self._delete_pod(step.old_pod)
-                await self._create_pod(patched, step.new_pod, step.retry, now)
+                await self._create_pod(patched, trial.key, place, step.new_pod, step.retry, now)
                 return True
 
+    async def _finish(self, name: str, step: PatchStatus) -> bool:
+        """Patch a trial's status (its record is in storage); True when the trial was written."""
+        patched = await self.api.patch_trial_status(self.namespace, name, step.status)
+        if patched is None:
+            return False
+        done = self.writes.trial_written(patched)
+        if step.final:
+            error = done.error_type.value if done.error_type else None
+            phase = done.phase.value if done.phase else ""
+            self.runtime.metrics.trial_finished(phase, error, step.durations)
+        if step.delete_pod:
+            await self._delete_pod(step.delete_pod)
+        return True
+
     async def _create_pod(
-        self, trial: Mapping[str, Any], pod_name: str, retry: int, now: datetime
+        self,
+        trial: Mapping[str, Any],
+        key: TrialKey,
+        place: TrialPlace,
+        pod_name: str,
+        retry: int,
+        now: datetime,
     ) -> bool:
         """Create the trial's Pod; True when instead the trial was failed (no Pod can be made)."""
         config = self.runtime.config
@@ -198,19 +263,17 @@ class JobExecutor:
         except (InvalidInput, ValueError) as err:
             # Our own trial spec cannot be rendered (edited by hand?): the trial fails, the job
             # goes on.
-            agent = ((trial.get("spec") or {}).get("agent") or {}).get("name")
-            status = failed_status(
+            failed = fail_trial(
+                key,
+                place,
                 ErrorType.INTERNAL_ERROR,
                 f"The trial's Pod cannot be made: {err}",
                 now,
-                pod_name=None,
-                agent_name=str(agent or ""),
+                tries=retry + 1,
+                created_at=api_time(trial["metadata"].get("creationTimestamp")),
             )
-            name = str(trial["metadata"]["name"])
-            patched = await self.api.patch_trial_status(self.namespace, name, status)
-            if patched is not None:
-                self.writes.trial_written(patched)
-            return patched is not None
+            await self._write_record(failed.record)
+            return await self._finish(str(trial["metadata"]["name"]), failed)
         self.writes.pods_created.add(pod_name)
         await self.api.create_pod(self.namespace, pod)
         return False
@@ -225,13 +288,8 @@ class JobExecutor:
         if not created:
             return  # an existing trial is driven like any other
         if create.build_failed is not None:
-            patched = await self.api.patch_trial_status(
-                self.namespace, create.name, create.build_failed
-            )
-            if patched is not None:
-                self.writes.trial_written(patched)
-                self.runtime.metrics.trial_finished(
-                    TrialPhase.FAILED.value, ErrorType.ENVIRONMENT_BUILD_FAILED.value, {}
-                )
+            await self._write_record(create.build_failed.record)
+            await self._finish(create.name, create.build_failed)
             return
-        await self._create_pod(body, create.pod_name, 0, now)
+        place = TrialPlace(create.made_from.storage, create.made_from.job.job_name)
+        await self._create_pod(body, create.trial.key, place, create.pod_name, 0, now)

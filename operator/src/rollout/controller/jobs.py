@@ -40,7 +40,7 @@ import kopf
 
 from rollout.api.resources import JobPhase, RolloutJobStatus
 from rollout.controller.index import PodEntry, TrialEntry, find_pod
-from rollout.controller.jobdecide import JobView, TrialLook, decide_job
+from rollout.controller.jobdecide import JobView, TrialLook, cancelled_records, decide_job
 from rollout.controller.jobexec import JobExecutor, PostWarning
 from rollout.controller.jobspec import JobSpec, Planned, StorageUnavailable, parse_job
 from rollout.controller.ownwrites import OwnWrites
@@ -112,6 +112,8 @@ class JobReconciler:
                 if stopped:
                     break
                 await waker.wait(RESYNC_SEC if delay is None else min(delay, RESYNC_SEC), stopped)
+            if self.body["metadata"].get("deletionTimestamp"):
+                await self._farewell()
         finally:
             self.runtime.forget_job(self.namespace, self.name, waker)
             self.runtime.metrics.jobs.forget(self.uid)
@@ -165,6 +167,28 @@ class JobReconciler:
             if not done.changed:
                 return _earliest(decision.requeue_after, recheck)
         return 0.0  # still unsettled: the next pass follows at once
+
+    async def _farewell(self) -> None:
+        """The job is deleted (cancelled): its trials whose runner never started get their
+        records now, as nobody else will write them. Within kopf's time for a stopping daemon;
+        a failure is logged, not retried (the job is going)."""
+        spec = self._spec
+        if spec is None:
+            return
+        trials = self.writes.trials(self.trials_index.get(self.uid, ()))
+        records = cancelled_records(spec, trials, datetime.now(UTC))
+        if not records:
+            return
+        try:
+            await self.executor.write_records(records)
+        except Exception as err:  # the job is going: say so, and go
+            log.warning(
+                "%s: deleted; its trials' records could not be written: %r", self.where, err
+            )
+        else:
+            log.info(
+                "%s: deleted; wrote the records of %d trials not started", self.where, len(records)
+            )
 
     def _leaving(self) -> bool:
         """The job is being deleted (or we asked for it) or the operator stops: start nothing

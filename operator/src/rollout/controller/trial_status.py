@@ -76,10 +76,12 @@ def failed_status(
     agent_name: str,
     reason: str | None = None,
     class_override: FailureClass | None = None,
+    result_uri: str | None = None,
 ) -> dict[str, Any]:
     """A trial that failed without an outcome from its runner (the Pod or the operator says why).
 
-    `class_override` replaces the table's class where the operator knows better (`BUILD_NOT_RUN`).
+    `class_override` replaces the table's class where the operator knows better (`BUILD_NOT_RUN`);
+    `result_uri` is the record the operator wrote for it (`rollout.controller.records`).
     """
     why = reason or _FAILURE_REASONS.get(error_type, TrialConditionReason.TRIAL_ERROR)
     return _dump(
@@ -87,6 +89,7 @@ def failed_status(
             phase=TrialPhase.FAILED,
             error=TrialError(type=error_type, message=message),
             failure_class=class_override or failure_class(error_type, agent_name=agent_name),
+            result_uri=result_uri,
             pod_name=pod_name,
             conditions=[
                 _condition(
@@ -104,16 +107,11 @@ def failed_status(
 def finished_status(
     verdict: Finished, now: datetime, *, pod_name: str, agent_name: str
 ) -> dict[str, Any]:
-    """The trial's status from its runner's termination message."""
+    """The trial's status from its runner's termination message (which it must have: a runner
+    without one failed, `trials.fail_trial`)."""
     message = verdict.message
     if message is None:
-        return failed_status(
-            ErrorType.INTERNAL_ERROR,
-            "The runner ended without a readable termination message.",
-            now,
-            pod_name=pod_name,
-            agent_name=agent_name,
-        )
+        raise ValueError("finished_status needs the runner's termination message")
     phase = pod_phase_for_status(verdict)
     error = message.error
     note = f" (uploads incomplete: {message.upload_error})" if message.upload_error else ""

@@ -18,6 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType
+from rollout.api.failures import FailureClass, failure_class
+from rollout.api.layout import retry_prefix
 from rollout.api.quantity import normalize_cpus, normalize_memory
 from rollout.api.resources import (
     API_VERSION,
@@ -29,9 +31,10 @@ from rollout.api.resources import (
     TrialPhase,
     TrialResources,
 )
+from rollout.api.results import TrialError
 from rollout.api.task import TaskConfig
 from rollout.api.timeouts import effective_timeouts
-from rollout.api.trials import trial_labels
+from rollout.api.trials import TrialKey, trial_labels
 from rollout.controller.config import OperatorConfig
 from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
 from rollout.controller.planner import PlannedTrial
@@ -44,6 +47,13 @@ from rollout.controller.podstatus import (
     Waiting,
     classify_missing_pod,
     classify_pod,
+)
+from rollout.controller.records import (
+    OperatorRecord,
+    TrialPlace,
+    failure_record,
+    message_record,
+    runner_may_still_write,
 )
 from rollout.controller.trial_status import (
     failed_status,
@@ -191,22 +201,43 @@ class DeletePod:
 
 @dataclass(frozen=True)
 class PatchStatus:
-    """Write the trial's status; a final one may also remove the Pod."""
+    """Write the trial's status; a final one may also remove the Pod.
+
+    With a `record` (the runner wrote none), the trial's result.json and error.txt are written
+    first, where storage has none: the status then says where they are (`resultUri`).
+    """
 
     status: dict[str, Any]
     delete_pod: str | None = None
     final: bool = False
     durations: Mapping[str, float | None] = field(default_factory=dict)
+    record: OperatorRecord | None = None
+
+
+@dataclass(frozen=True)
+class KeepTry:
+    """Before a trial runs again, its try `number`'s files move from the trial's prefix to
+    `retries/<number>/` under it, so that the next try starts from a clean place."""
+
+    storage: StorageSpec
+    prefix: str
+    number: int
+
+    @property
+    def destination(self) -> str:
+        return retry_prefix(self.prefix, self.number)
 
 
 @dataclass(frozen=True)
 class RetryPod:
-    """The Pod was lost: record the retry, remove what is left of the old Pod, start a new one."""
+    """The Pod was lost: keep the old try's files, record the retry, remove what is left of the
+    old Pod, start a new one."""
 
     status: dict[str, Any]
     old_pod: str | None
     new_pod: str
     retry: int
+    keep: KeepTry
 
 
 TrialAction = Nothing | CreatePod | DeletePod | PatchStatus | RetryPod
@@ -218,11 +249,12 @@ def decide(
     *,
     now: datetime,
     config: OperatorConfig,
+    place: TrialPlace,
     max_infra_retries: int,
     pod_requested: bool = False,
     pod_deleted: bool = False,
 ) -> TrialAction:
-    """The next step for one trial of the job.
+    """The next step for one trial of the job, whose files are at `place`.
 
     `pod` is the Pod of the trial's current attempt, None when the index has none. It may be
     missing because it was just created (`pod_requested`: its watch event is on its way), never
@@ -243,7 +275,7 @@ def decide(
         verdict: PodVerdict = classify_missing_pod()
     else:
         verdict = classify_pod(pod.body, now=now, config=config)
-    return act(trial, pod, verdict, now=now, max_infra_retries=max_infra_retries)
+    return act(trial, pod, verdict, now=now, place=place, max_infra_retries=max_infra_retries)
 
 
 def act(
@@ -252,6 +284,7 @@ def act(
     verdict: PodVerdict,
     *,
     now: datetime,
+    place: TrialPlace,
     max_infra_retries: int,
 ) -> TrialAction:
     """The action for a verdict on the trial's Pod."""
@@ -265,21 +298,60 @@ def act(
             if trial.phase == TrialPhase.RUNNING:
                 return Nothing()
             return PatchStatus(running_status(pod_name, now))
-        case Finished():
-            durations = verdict.message.durations if verdict.message else None
+        case Finished(message=message) if message is not None:
+            record = None
+            if message.upload_error:  # the runner's result.json may be missing: the operator's
+                error_class = (
+                    failure_class(message.error.type, agent_name=trial.agent)
+                    if message.error
+                    else None
+                )
+                record = message_record(
+                    trial.key,
+                    place,
+                    message,
+                    tries=trial.tries,
+                    failure_class=error_class,
+                    pod_name=pod_name,
+                )
             return PatchStatus(
                 finished_status(verdict, now, pod_name=pod_name, agent_name=trial.agent),
                 delete_pod=cleanup,
                 final=True,
-                durations=durations.model_dump(by_alias=False) if durations else {},
+                durations=message.durations.model_dump(by_alias=False) if message.durations else {},
+                record=record,
+            )
+        case Finished():
+            return fail_trial(
+                trial.key,
+                place,
+                ErrorType.INTERNAL_ERROR,
+                "The runner ended without a readable termination message.",
+                now,
+                tries=trial.tries,
+                created_at=trial.created_at,
+                pod=pod,
+                pod_name=pod_name,
+                delete_pod=cleanup,
             )
         case Failed(error_type=error_type, message=message):
-            return PatchStatus(
-                failed_status(error_type, message, now, pod_name=pod_name, agent_name=trial.agent),
+            return fail_trial(
+                trial.key,
+                place,
+                error_type,
+                message,
+                now,
+                tries=trial.tries,
+                created_at=trial.created_at,
+                pod=pod,
+                pod_name=pod_name,
                 delete_pod=cleanup,
-                final=True,
             )
         case Lost(reason=reason):
+            if pod is not None and runner_may_still_write(pod.body, now):
+                # The next try must not start while this one's runner may still upload into
+                # the trial's prefix: its Pod goes first, and its runner gets its grace period.
+                return DeletePod(pod.name) if removable else Nothing(waiting=True)
             if trial.infra_retries < max_infra_retries:
                 retry = trial.infra_retries + 1
                 new_pod = pod_name_for(trial.name, retry)
@@ -288,19 +360,63 @@ def act(
                     old_pod=pod_name if removable else None,
                     new_pod=new_pod,
                     retry=retry,
+                    keep=KeepTry(place.storage, place.prefix(trial.key), trial.tries),
                 )
-            tries = trial.infra_retries + 1
-            return PatchStatus(
-                failed_status(
-                    ErrorType.INTERNAL_ERROR,
-                    f"{reason} The trial's Pod was lost {tries} times, more than the job's "
-                    f"maxInfraRetries ({max_infra_retries}) allows.",
-                    now,
-                    pod_name=pod_name,
-                    agent_name=trial.agent,
-                    reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
-                ),
+            return fail_trial(
+                trial.key,
+                place,
+                ErrorType.INTERNAL_ERROR,
+                f"{reason} The trial's Pod was lost {trial.tries} times, more than the job's "
+                f"maxInfraRetries ({max_infra_retries}) allows.",
+                now,
+                tries=trial.tries,
+                created_at=trial.created_at,
+                pod=pod,
+                pod_name=pod_name,
                 delete_pod=pod_name if removable else None,
-                final=True,
+                reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
             )
     raise AssertionError(f"unknown verdict {verdict!r}")  # pragma: no cover
+
+
+def fail_trial(
+    trial: TrialKey,
+    place: TrialPlace,
+    error_type: ErrorType,
+    message: str,
+    now: datetime,
+    *,
+    tries: int = 1,
+    created_at: datetime | None = None,
+    pod: PodEntry | None = None,
+    pod_name: str | None = None,
+    delete_pod: str | None = None,
+    reason: str | None = None,
+    class_override: FailureClass | None = None,
+) -> PatchStatus:
+    """The trial fails without an outcome from its runner: its final status, and the record
+    (result.json, error.txt) the operator writes for it first."""
+    error = TrialError(type=error_type, message=message)
+    error_class = class_override or failure_class(error_type, agent_name=trial.agent)
+    record = failure_record(
+        trial,
+        place,
+        tries=tries,
+        created_at=created_at,
+        error=error,
+        failure_class=error_class,
+        pod=pod.body if pod is not None else None,
+        pod_name=pod_name,
+        ended_at=now,
+    )
+    status = failed_status(
+        error_type,
+        message,
+        now,
+        pod_name=pod_name,
+        agent_name=trial.agent,
+        reason=reason,
+        class_override=error_class,
+        result_uri=record.result_uri,
+    )
+    return PatchStatus(status, delete_pod=delete_pod, final=True, record=record)

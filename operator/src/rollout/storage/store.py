@@ -181,6 +181,15 @@ class ObjectStore:
 
         return self._call("put_new", key, put)
 
+    def copy(self, source: str, key: str) -> None:
+        """Copy the object `source` to `key` in the same bucket, server-side (any size: a large
+        object is copied in parts)."""
+        self._call(
+            "copy",
+            key,
+            lambda: self._client.copy({"Bucket": self.bucket, "Key": source}, self.bucket, key),
+        )
+
     def delete(self, key: str) -> None:
         """Delete the object (no object: nothing to do, as S3 has it)."""
         self._call("delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=key))
@@ -332,9 +341,14 @@ class ObjectStore:
         if not base:
             raise ValueError("delete_prefix needs a non-empty prefix")
         keys = self.list_keys(base)
+        self.delete_keys(keys, base)
+        return len(keys)
+
+    def delete_keys(self, keys: list[str], base: str = "") -> None:
+        """Delete the objects `keys` (those already gone count as deleted), in batches; `base`
+        names them in errors (their common prefix)."""
         for start in range(0, len(keys), DELETE_BATCH):
             self._delete_batch(base, keys[start : start + DELETE_BATCH])
-        return len(keys)
 
     def _delete_batch(self, base: str, keys: list[str]) -> None:
         objects = [{"Key": key} for key in keys]

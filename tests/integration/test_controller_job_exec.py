@@ -1,15 +1,18 @@
 """Carrying out a job reconciler's actions (`jobexec.JobExecutor`): which API calls each makes,
 in what order, what it remembers of them, and what it reports back for the next look. The API is
-a fake that records calls; no cluster, no storage."""
+a fake that records calls; storage is the test's S3 bucket (the records the operator writes for
+trials, a lost try's files)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from s3_kit import S3Settings
 
+from rollout.api.errors import ErrorType
 from rollout.api.resources import (
     DatasetRef,
     JobConditionReason,
@@ -17,6 +20,7 @@ from rollout.api.resources import (
     RolloutJobStatus,
     StorageSpec,
 )
+from rollout.api.results import TrialResult
 from rollout.api.task import parse_task_config
 from rollout.api.trials import TrialKey
 from rollout.controller.config import OperatorConfig
@@ -37,23 +41,36 @@ from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.planner import PlannedTrial
+from rollout.controller.records import TrialPlace
 from rollout.controller.runtime import Runtime
-from rollout.controller.trials import DeletePod, PatchStatus, RetryPod
+from rollout.controller.trials import DeletePod, KeepTry, PatchStatus, RetryPod, fail_trial
 from rollout.storage import StorageError
 
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
 STORAGE = StorageSpec(bucket="b", prefix="p")
+PLACE = TrialPlace(STORAGE, "job")
 
 
 class FakeApi:
-    """`KubeApi`'s methods the executor calls, recorded; trials exist once created."""
+    """`KubeApi`'s methods the executor calls, recorded; trials exist once created.
 
-    def __init__(self, *, existing: Sequence[str] = (), gone: Sequence[str] = ()) -> None:
+    `witness`, when given, is asked at each trial status patch what storage holds then (what
+    must be in storage before the API is told about it)."""
+
+    def __init__(
+        self,
+        *,
+        existing: Sequence[str] = (),
+        gone: Sequence[str] = (),
+        witness: Callable[[], Any] | None = None,
+    ) -> None:
         self.calls: list[tuple[str, str]] = []
         self.trials: dict[str, dict[str, Any]] = {}
         self.existing = set(existing)
         self.gone = set(gone)
         self.rv = 10
+        self.witness = witness
+        self.witnessed: list[Any] = []
 
     def _body(self, body: Mapping[str, Any]) -> dict[str, Any]:
         self.rv += 1
@@ -75,6 +92,8 @@ class FakeApi:
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         self.calls.append(("patch_trial_status", name))
+        if self.witness is not None:
+            self.witnessed.append(self.witness())
         if name in self.gone:
             return None
         trial = self.trials.get(name) or {"metadata": {"name": name, "namespace": namespace}}
@@ -121,12 +140,15 @@ def executor(
     leaving: bool = False,
     datasets: Any = (),
     storage: bool = True,
+    s3: S3Settings | None = None,
     registry: CollectorRegistry | None = None,
 ) -> tuple[JobExecutor, OwnWrites, list[tuple[str, str]]]:
+    """An executor for job `job`; with `s3`, its storage is that bucket."""
     registry = registry or CollectorRegistry()
     config = OperatorConfig(
         runner_image="runner:1",
-        storage=StorageSpec(bucket="b", prefix="p") if storage else None,
+        storage=s3.location if s3 else STORAGE if storage else None,
+        storage_credentials=s3.credentials if s3 else None,
     )
     runtime = Runtime(
         config,
@@ -164,10 +186,23 @@ def rollout_job(**spec: Any) -> RolloutJob:
 TASK = ResolvedTask("t", "c" * 64, parse_task_config({"environment": {"docker_image": "img:1"}}))
 
 
-def create(name: str, build_failed: dict[str, Any] | None = None, **spec: Any) -> CreateTrial:
-    planned = PlannedTrial(TrialKey("oracle", "d", "t", 1), name, TASK)
-    new = NewTrials(rollout_job(**spec), STORAGE, "ns", "job-uid", "runner:1")
+KEY = TrialKey("oracle", "d", "t", 1)
+
+
+def create(
+    name: str,
+    build_failed: PatchStatus | None = None,
+    storage: StorageSpec = STORAGE,
+    **spec: Any,
+) -> CreateTrial:
+    planned = PlannedTrial(KEY, name, TASK)
+    new = NewTrials(rollout_job(**spec), storage, "ns", "job-uid", "runner:1")
     return CreateTrial(planned, new, build_failed=build_failed)
+
+
+def trial_prefix(s3: S3Settings) -> str:
+    """The trial's prefix in the test's bucket (job `job`: its spec names no jobName)."""
+    return TrialPlace(s3.location, "job").prefix(KEY)
 
 
 async def test_a_new_trial_gets_its_pod_at_once() -> None:
@@ -187,12 +222,24 @@ async def test_an_existing_trial_gets_no_pod_here() -> None:
     assert api.calls == [("create_trial", "t1")]  # it is driven like any other
 
 
-async def test_a_trial_whose_image_needs_a_build_fails_without_a_pod() -> None:
-    api = FakeApi()
-    run, writes, _ = executor(api)
-    await run.run([create("t1", build_failed={"phase": "Failed"})], now=NOW)
+async def test_a_trial_whose_image_needs_a_build_fails_with_its_record_and_no_pod(
+    s3_settings: S3Settings,
+) -> None:
+    store = s3_settings.store()
+    prefix = trial_prefix(s3_settings)
+    api = FakeApi(witness=lambda: sorted(store.list_keys(prefix)))
+    run, writes, _ = executor(api, s3=s3_settings)
+    place = TrialPlace(s3_settings.location, "job")
+    failed = fail_trial(KEY, place, ErrorType.ENVIRONMENT_BUILD_FAILED, "no builder", NOW)
+    await run.run([create("t1", build_failed=failed, storage=s3_settings.location)], now=NOW)
     assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]
     assert writes.trials([])["t1"].finished
+    # The record was in storage before the status said the trial failed.
+    assert api.witnessed == [[prefix + "error.txt", prefix + "result.json"]]
+    result = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
+    assert result.error is not None
+    assert result.error.message == "no builder"
+    assert api.trials["t1"]["status"]["resultUri"] == store.uri(prefix + "result.json")
 
 
 async def test_no_trial_is_created_for_a_job_on_its_way_out() -> None:
@@ -207,22 +254,39 @@ def entry(name: str) -> TrialEntry:
     return TrialEntry("ns", name, f"uid-{name}", "1", "oracle", "d", "t", 1)
 
 
-async def test_a_retry_is_recorded_before_its_new_pod() -> None:
-    api = FakeApi()
-    await api.create_trial("ns", create("t1").manifest())
+async def test_a_retry_keeps_the_lost_trys_files_then_is_recorded_before_its_new_pod(
+    s3_settings: S3Settings,
+) -> None:
+    store = s3_settings.store()
+    prefix = trial_prefix(s3_settings)
+    # The second try's runner wrote some files before its Pod was lost; the first try's are
+    # kept already.
+    for key in ("result.json", "logs/agent/out.txt", "retries/1/result.json"):
+        store.put_bytes(prefix + key, key.encode())
+    api = FakeApi(witness=lambda: sorted(store.list_keys(prefix)))
+    await api.create_trial("ns", create("t1", storage=s3_settings.location).manifest())
     api.calls.clear()
-    run, writes, _ = executor(api)
-    status = {"phase": "Pending", "infraRetries": 1}
-    retry = RetryPod(status, old_pod="t1", new_pod="t1-r1", retry=1)
-    done = await run.run([TrialStep(entry("t1"), retry)], now=NOW)
+    run, writes, _ = executor(api, s3=s3_settings)
+    status = {"phase": "Pending", "infraRetries": 2}
+    keep = KeepTry(s3_settings.location, prefix, 2)
+    retry = RetryPod(status, old_pod="t1-r1", new_pod="t1-r2", retry=2, keep=keep)
+    place = TrialPlace(s3_settings.location, "job")
+    done = await run.run([TrialStep(entry("t1"), retry, place)], now=NOW)
     assert api.calls == [
         ("patch_trial_status", "t1"),
-        ("delete_pod", "t1"),
-        ("create_pod", "t1-r1"),
+        ("delete_pod", "t1-r1"),
+        ("create_pod", "t1-r2"),
     ]
+    moved = [prefix + k for k in ("retries/1/result.json", "retries/2/logs/agent/out.txt",
+                                  "retries/2/result.json")]  # fmt: skip
+    assert api.witnessed == [moved]  # moved before the retry was recorded
+    assert store.get_bytes(prefix + "retries/2/logs/agent/out.txt") == b"logs/agent/out.txt"
     assert done.trials_written
-    assert "t1" in writes.pods_deleted
-    assert "t1-r1" in writes.pods_created
+    assert "t1-r1" in writes.pods_deleted
+    assert "t1-r2" in writes.pods_created
+    # Again (a restart before the status patch was seen): nothing is left to move, nothing lost.
+    await run.run([TrialStep(entry("t1"), retry, place)], now=NOW)
+    assert sorted(store.list_keys(prefix)) == moved
 
 
 async def test_a_final_status_removes_the_pod_and_counts_the_trial() -> None:
@@ -230,7 +294,8 @@ async def test_a_final_status_removes_the_pod_and_counts_the_trial() -> None:
     registry = CollectorRegistry()
     run, writes, _ = executor(api, registry=registry)
     final = PatchStatus({"phase": "Succeeded", "reward": 1.0}, delete_pod="t1", final=True)
-    await run.run([TrialStep(entry("t1"), final), TrialStep(entry("t2"), DeletePod("t2"))], now=NOW)
+    steps = [TrialStep(entry("t1"), final, PLACE), TrialStep(entry("t2"), DeletePod("t2"), PLACE)]
+    await run.run(steps, now=NOW)
     assert api.calls == [("patch_trial_status", "t1"), ("delete_pod", "t1"), ("delete_pod", "t2")]
     labels = {"phase": "Succeeded", "error_type": ""}
     assert registry.get_sample_value("rollout_trials_finished_total", labels) == 1
@@ -242,18 +307,26 @@ async def test_a_gone_trial_is_left_alone() -> None:
     api = FakeApi(gone=["t1"])
     run, _, _ = executor(api)
     final = PatchStatus({"phase": "Failed"}, delete_pod="t1", final=True)
-    done = await run.run([TrialStep(entry("t1"), final)], now=NOW)
+    done = await run.run([TrialStep(entry("t1"), final, PLACE)], now=NOW)
     assert api.calls == [("patch_trial_status", "t1")]
     assert not done.changed
 
 
-async def test_a_pod_that_cannot_be_made_fails_its_trial() -> None:
-    api = FakeApi()
-    broken = create("t1", environment={"type": "modal"})  # no Pod for that type
-    run, writes, _ = executor(api)
+async def test_a_pod_that_cannot_be_made_fails_its_trial_with_a_record(
+    s3_settings: S3Settings,
+) -> None:
+    store = s3_settings.store()
+    prefix = trial_prefix(s3_settings)
+    api = FakeApi(witness=lambda: store.exists(prefix + "result.json"))
+    # No Pod for that type.
+    broken = create("t1", storage=s3_settings.location, environment={"type": "modal"})
+    run, writes, _ = executor(api, s3=s3_settings)
     await run.run([broken], now=NOW)
     assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]
     assert writes.trials([])["t1"].error_type is not None
+    assert api.witnessed == [True]
+    error = store.get_bytes(prefix + "error.txt").decode()
+    assert error.startswith("internal_error: The trial's Pod cannot be made:")
 
 
 async def test_the_jobs_own_status_is_remembered_and_warnings_posted() -> None:

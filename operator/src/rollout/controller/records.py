@@ -1,0 +1,242 @@
+"""A trial's record when its runner could not write one: the operator's result.json and error.txt.
+
+The runner writes a trial's record (`<trial>/result.json`, and `error.txt` with an error) in the
+common case. Some trials end without a runner that could: the image would not pull, the Pod never
+got a node or could not start, the runner died without a word, the trial's Pod was lost more
+often than the job's retries allow, the image would need a build, or the runner's uploads failed.
+For those the operator writes the record itself, from what it knows: the error it decided (the
+same one the trial's status gets), the times it saw (the Pod's creation, the end), the tries, and
+for a runner whose uploads failed, the outcome from its termination message.
+
+Pure: `failure_record` and `message_record` build an `OperatorRecord`; `jobexec` writes it with
+`put_new` (an object already there, the runner's or an earlier write's, is kept) before the status
+patch that finishes the trial and carries `resultUri`. So a record is written once, across
+operator restarts too, and costs no API write of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rollout.api.additions import TrialAdditions
+from rollout.api.failures import FailureClass
+from rollout.api.layout import ERROR_TXT, RESULT_JSON, s3_uri, trial_prefix
+from rollout.api.resources import StorageSpec
+from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
+from rollout.api.trials import TrialKey
+from rollout.api.wire.termination import TerminationMessage
+from rollout.controller.index import api_time
+from rollout.controller.pod import RUNNER_CONTAINER
+
+WRITTEN_BY_OPERATOR = (
+    "The operator wrote this record: the trial's runner could not write one (it never ran, or "
+    "it ended without its files reaching storage)."
+)
+
+
+@dataclass(frozen=True)
+class TrialPlace:
+    """Where a job's trials keep their files: the job's storage and its name there."""
+
+    storage: StorageSpec
+    job_name: str
+
+    def prefix(self, trial: TrialKey) -> str:
+        """`<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/`."""
+        return trial_prefix(
+            self.storage.prefix or "",
+            self.job_name,
+            trial.agent,
+            trial.dataset,
+            trial.task,
+            trial.attempt,
+        )
+
+    def result_uri(self, trial: TrialKey) -> str:
+        """The s3:// URI of the trial's result.json."""
+        return s3_uri(self.storage.bucket, self.prefix(trial) + RESULT_JSON)
+
+
+@dataclass(frozen=True)
+class OperatorRecord:
+    """The files the operator writes for a trial: result.json, and error.txt with an error."""
+
+    storage: StorageSpec
+    prefix: str
+    result: TrialResult
+    error_text: str | None
+
+    @property
+    def result_key(self) -> str:
+        return self.prefix + RESULT_JSON
+
+    @property
+    def error_key(self) -> str:
+        return self.prefix + ERROR_TXT
+
+    @property
+    def result_uri(self) -> str:
+        return s3_uri(self.storage.bucket, self.result_key)
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round(max((end - start).total_seconds(), 0.0), 3)
+
+
+def pod_created_at(pod: Mapping[str, Any] | None) -> datetime | None:
+    """When the Pod was created, as the API server recorded it."""
+    if pod is None:
+        return None
+    return api_time((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _runner_state(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if isinstance(container, Mapping) and container.get("name") == RUNNER_CONTAINER:
+            state = container.get("state")
+            return state if isinstance(state, Mapping) else {}
+    return {}
+
+
+def runner_started(pod: Mapping[str, Any] | None) -> bool:
+    """Whether the Pod shows its runner container started (running, or ended after running)."""
+    state = _runner_state(pod)
+    terminated = state.get("terminated")
+    return "running" in state or (
+        isinstance(terminated, Mapping) and terminated.get("startedAt") is not None
+    )
+
+
+OLD_RUNNER_MARGIN_SEC = 15.0
+"""How long past its Pod's deletion time a lost try's runner is still waited for."""
+
+
+def runner_may_still_write(pod: Mapping[str, Any], now: datetime) -> bool:
+    """Whether a lost Pod's runner may still be writing the trial's files: it runs, and its Pod
+    is not deleted yet, or its deletion time (the end of its grace period, which the runner uses
+    to upload what it has) is less than `OLD_RUNNER_MARGIN_SEC` ago. A runner on a node that no
+    longer answers shows as running for ever: the margin bounds the wait for it."""
+    if "running" not in _runner_state(pod):
+        return False
+    deletion = api_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return deletion is None or (now - deletion).total_seconds() < OLD_RUNNER_MARGIN_SEC
+
+
+def failure_record(
+    trial: TrialKey,
+    place: TrialPlace,
+    *,
+    tries: int,
+    created_at: datetime | None,
+    error: TrialError,
+    failure_class: FailureClass,
+    pod: Mapping[str, Any] | None,
+    pod_name: str | None,
+    ended_at: datetime,
+    cost: float | None = None,
+) -> OperatorRecord:
+    """The record of a trial that ended without its runner's: `error` at `ended_at`.
+
+    The trial started when its (current) Pod was created, or, with no Pod known, when the trial
+    was (`created_at`). While the runner never ran, the trial was in environment setup
+    (scheduling, image pull, container start), so that phase spans the whole trial; once it
+    ran, which phases it went through is the runner's to say, and only the trial's own start and
+    end are given.
+    """
+    started = pod_created_at(pod) or created_at or ended_at
+    started = min(started, ended_at)
+    in_setup = pod is not None and not runner_started(pod)
+    setup_started, setup_ended = (started, ended_at) if in_setup else (None, None)
+    result = TrialResult(
+        task_name=trial.task,
+        dataset_name=trial.dataset,
+        agent_name=trial.agent,
+        attempt=trial.attempt,
+        reward=None,
+        cost=cost,
+        error=error,
+        durations=TrialDurations(
+            total_sec=_seconds(started, ended_at),
+            environment_setup_sec=_seconds(setup_started, setup_ended),
+        ),
+        timestamps=TrialTimestamps(
+            started_at=started,
+            environment_setup_started_at=setup_started,
+            environment_setup_ended_at=setup_ended,
+            ended_at=ended_at,
+        ),
+        rollout=TrialAdditions(failure_class=failure_class, tries=tries),
+    )
+    return OperatorRecord(
+        place.storage,
+        place.prefix(trial),
+        result,
+        error_text(place, trial, error, tries=tries, pod_name=pod_name),
+    )
+
+
+def message_record(
+    trial: TrialKey,
+    place: TrialPlace,
+    message: TerminationMessage,
+    *,
+    tries: int,
+    failure_class: FailureClass | None,
+    pod_name: str,
+    cost: float | None = None,
+) -> OperatorRecord:
+    """The record of a trial whose runner finished but whose files did not all reach storage:
+    the outcome from its termination message (which says why the uploads failed)."""
+    result = TrialResult(
+        task_name=trial.task,
+        dataset_name=trial.dataset,
+        agent_name=trial.agent,
+        attempt=trial.attempt,
+        reward=message.reward,
+        cost=cost,
+        error=message.error,
+        durations=message.durations or TrialDurations(),
+        timestamps=message.timestamps or TrialTimestamps(),
+        rollout=TrialAdditions(failure_class=failure_class, tries=tries),
+    )
+    text = None
+    if message.error is not None:  # error.txt only with an error, as the seed has it
+        uploads = f"The runner's uploads failed: {message.upload_error}"
+        text = error_text(
+            place,
+            trial,
+            message.error,
+            tries=tries,
+            pod_name=pod_name,
+            notes=[uploads] if message.upload_error else [],
+        )
+    return OperatorRecord(place.storage, place.prefix(trial), result, text)
+
+
+def error_text(
+    place: TrialPlace,
+    trial: TrialKey,
+    error: TrialError,
+    *,
+    tries: int,
+    pod_name: str | None,
+    notes: Sequence[str] = (),
+) -> str:
+    """error.txt as the operator writes it: the error, the trial, its Pod and tries, and who
+    wrote it (the runner's error.txt has the same first lines)."""
+    lines = [
+        f"{error.type}: {error.message}",
+        "",
+        f"Trial: {place.job_name}/{trial.agent}/{trial.dataset}/{trial.task}__{trial.attempt}",
+    ]
+    if pod_name:
+        lines.append(f"Pod: {pod_name}")
+    if tries > 1:
+        lines.append(f"Tries: {tries} (the earlier ones' files are under retries/)")
+    lines += ["", *notes, WRITTEN_BY_OPERATOR]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,48 @@
+"""What the operator writes under a trial's prefix in storage: its record when the runner could
+not write one (`records`), and the files of a lost try, kept under `retries/<k>/`.
+
+Blocking (boto3): the executor calls these in a thread. Both are safe to repeat, which is what
+makes them safe across operator restarts: a record is written only where storage has none
+(`put_new`, error.txt before result.json, as the runner writes them: result.json last means
+complete), and keeping a try moves what is at the trial's own paths, so a second run finds
+nothing left to move.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rollout.api.layout import RETRIES_DIR
+from rollout.controller.records import OperatorRecord
+from rollout.controller.trials import KeepTry
+from rollout.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+
+
+def write_record(store: ObjectStore, record: OperatorRecord) -> bool:
+    """Write the operator's record where the trial has none; True when result.json was written
+    now (False: the runner's, or an earlier write's, is kept)."""
+    if record.error_text is not None:
+        store.put_new(record.error_key, record.error_text.encode(), TEXT)
+    written = store.put_new(record.result_key, record.result.to_json().encode(), JSON)
+    if not written:
+        log.info("%s is in storage already; kept", store.uri(record.result_key))
+    return written
+
+
+def keep_try(store: ObjectStore, keep: KeepTry) -> int:
+    """Move the files at the trial's own paths (not its earlier tries') under
+    `retries/<number>/`; returns how many objects moved. Copies first, then deletes: interrupted,
+    it is run again and finishes the move."""
+    earlier = f"{keep.prefix}{RETRIES_DIR}/"
+    keys = [key for key in store.list_keys(keep.prefix) if not key.startswith(earlier)]
+    for key in keys:
+        store.copy(key, keep.destination + key.removeprefix(keep.prefix))
+    store.delete_keys(keys, keep.prefix)
+    if keys:
+        log.info("kept %d files of try %d under %s", len(keys), keep.number, keep.destination)
+    return len(keys)

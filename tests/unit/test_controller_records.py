@@ -1,0 +1,180 @@
+"""The records the operator writes for trials whose runner could not (`controller.records`), as
+`trials.act` decides them, and what a lost try leaves to keep (`KeepTry`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rollout.api.errors import ErrorType
+from rollout.api.resources import StorageSpec, TrialPhase
+from rollout.api.results import TrialResult
+from rollout.api.wire.termination import TerminationMessage
+from rollout.controller.index import PodEntry, TrialEntry
+from rollout.controller.podstatus import Failed, Finished, Lost
+from rollout.controller.records import OLD_RUNNER_MARGIN_SEC, WRITTEN_BY_OPERATOR, TrialPlace
+from rollout.controller.trials import DeletePod, Nothing, PatchStatus, RetryPod, TrialAction, act
+
+NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
+PLACE = TrialPlace(StorageSpec(bucket="b", prefix="p"), "my-job")
+TRIAL = TrialEntry(
+    "ns", "t1", "uid", "7", "claude", "d", "t", 2, created_at=NOW - timedelta(seconds=90)
+)
+PREFIX = "p/jobs/my-job/claude/d/t__2/"
+
+
+def pod(
+    *,
+    runner: dict[str, Any] | None = None,
+    deleted_at: datetime | None = None,
+    name: str = "t1",
+) -> PodEntry:
+    metadata: dict[str, Any] = {"name": name, "creationTimestamp": "2025-01-15T10:29:00Z"}
+    if deleted_at is not None:
+        metadata["deletionTimestamp"] = deleted_at.isoformat().replace("+00:00", "Z")
+    statuses = [{"name": "runner", "state": runner}] if runner is not None else []
+    return PodEntry("ns", name, "pod-uid", "t1", {"metadata": metadata, "status": {
+        "containerStatuses": statuses}})  # fmt: skip
+
+
+def step(trial: TrialEntry, found: PodEntry | None, verdict: Any, **kw: Any) -> TrialAction:
+    return act(trial, found, verdict, now=NOW, place=PLACE, max_infra_retries=2, **kw)
+
+
+def finished(action: TrialAction) -> PatchStatus:
+    assert isinstance(action, PatchStatus)
+    assert action.final
+    return action
+
+
+def test_a_trial_whose_image_will_not_pull_gets_the_operators_record() -> None:
+    failure = Failed(ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED, "no such image 127.0.0.1:1/x:1")
+    action = finished(step(TRIAL, pod(runner={"waiting": {"reason": "PodInitializing"}}), failure))
+    record = action.record
+    assert record is not None
+    assert record.result_key == PREFIX + "result.json"
+    assert record.error_key == PREFIX + "error.txt"
+    assert action.status["resultUri"] == f"s3://b/{PREFIX}result.json" == record.result_uri
+    # Every field of the seed's result.json, with what the operator knows.
+    result = TrialResult.from_json(record.result.to_json())
+    assert (result.task_name, result.dataset_name, result.agent_name, result.attempt) == (
+        "t", "d", "claude", 2
+    )  # fmt: skip
+    assert result.reward is None
+    assert result.cost is None
+    assert result.error is not None
+    assert result.error.type == ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED
+    assert result.error.message == "no such image 127.0.0.1:1/x:1"
+    # It started with its Pod and spent its life in environment setup (the image pull).
+    created = datetime(2025, 1, 15, 10, 29, tzinfo=UTC)
+    assert result.timestamps.started_at == created
+    assert result.timestamps.environment_setup_started_at == created
+    assert result.timestamps.environment_setup_ended_at == NOW
+    assert result.timestamps.ended_at == NOW
+    assert result.durations.total_sec == 60.0
+    assert result.durations.environment_setup_sec == 60.0
+    assert result.durations.agent_setup_sec is None
+    assert result.timestamps.agent_execution_started_at is None
+    assert result.rollout is not None
+    assert result.rollout.failure_class == "infrastructure" == action.status["failureClass"]
+    assert result.rollout.tries == 1
+    assert record.error_text is not None
+    lines = record.error_text.splitlines()
+    assert lines[0] == "environment_image_pull_failed: no such image 127.0.0.1:1/x:1"
+    assert "Trial: my-job/claude/d/t__2" in lines
+    assert "Pod: t1" in lines
+    assert WRITTEN_BY_OPERATOR in record.error_text
+
+
+def test_a_runner_that_wrote_its_files_needs_no_record() -> None:
+    message = TerminationMessage.model_validate(
+        {"reward": 1.0, "result_uri": f"s3://b/{PREFIX}result.json", "upload_error": None}
+    )
+    action = finished(step(TRIAL, pod(runner={"terminated": {}}), Finished(message, "{}")))
+    assert action.record is None
+    assert action.status["resultUri"] == f"s3://b/{PREFIX}result.json"
+
+
+def test_a_runner_whose_uploads_failed_gets_its_outcome_recorded_by_the_operator() -> None:
+    message = TerminationMessage.model_validate(
+        {
+            "reward": None,
+            "error": {"type": "verifier_timeout", "message": "too slow"},
+            "durations": {"total_sec": 12.5},
+            "timestamps": {"started_at": "2025-01-15T10:29:10Z"},
+            "result_uri": f"s3://b/{PREFIX}result.json",
+            "upload_error": "storage down; 0 of 5 objects were uploaded",
+        }
+    )
+    action = finished(step(TRIAL, pod(runner={"terminated": {}}), Finished(message, "{}")))
+    record = action.record
+    assert record is not None
+    result = record.result
+    assert result.error is not None
+    assert result.error.type == ErrorType.VERIFIER_TIMEOUT
+    assert result.durations.total_sec == 12.5
+    assert result.timestamps.started_at == datetime(2025, 1, 15, 10, 29, 10, tzinfo=UTC)
+    assert result.rollout is not None
+    assert result.rollout.failure_class == "agent"
+    assert record.error_text is not None
+    assert "The runner's uploads failed: storage down" in record.error_text
+    # Without an error there is no error.txt (the seed writes it only for an error).
+    clean = message.model_copy(update={"error": None, "reward": 1.0})
+    action = finished(step(TRIAL, pod(runner={"terminated": {}}), Finished(clean, "{}")))
+    assert action.record is not None
+    assert action.record.result.reward == 1.0
+    assert action.record.error_text is None
+
+
+def test_a_runner_that_died_without_a_word_gets_a_record_without_phases() -> None:
+    action = finished(
+        step(TRIAL, pod(runner={"terminated": {"startedAt": "x"}}), Finished(None, None))
+    )
+    record = action.record
+    assert record is not None
+    assert record.result.error is not None
+    assert record.result.error.type == ErrorType.INTERNAL_ERROR
+    # The runner ran: which phase it was in is not the operator's to guess.
+    assert record.result.timestamps.environment_setup_started_at is None
+    assert record.result.durations.total_sec == 60.0
+
+
+def test_a_trial_lost_too_often_is_recorded_with_its_tries() -> None:
+    tired = replace(TRIAL, infra_retries=2, pod_name="t1-r2", phase=TrialPhase.RUNNING)
+    action = finished(step(tired, None, Lost("Evicted.")))
+    record = action.record
+    assert record is not None
+    assert record.result.rollout is not None
+    assert record.result.rollout.tries == 3
+    assert record.error_text is not None
+    assert "Tries: 3 (the earlier ones' files are under retries/)" in record.error_text
+    # No Pod known: the trial started when it was created.
+    assert record.result.timestamps.started_at == TRIAL.created_at
+    assert record.result.durations.total_sec == 90.0
+
+
+def test_a_lost_try_is_kept_under_retries_before_the_next() -> None:
+    action = step(replace(TRIAL, phase=TrialPhase.RUNNING), None, Lost("Gone."))
+    assert isinstance(action, RetryPod)
+    assert action.keep.prefix == PREFIX
+    assert action.keep.number == 1
+    assert action.keep.destination == PREFIX + "retries/1/"
+    again = step(replace(TRIAL, infra_retries=1, pod_name="t1-r1"), None, Lost("Gone."))
+    assert isinstance(again, RetryPod)
+    assert again.keep.destination == PREFIX + "retries/2/"
+
+
+def test_the_next_try_waits_for_the_lost_runner_to_stop_writing() -> None:
+    running = {"running": {"startedAt": "2025-01-15T10:29:05Z"}}
+    # Its Pod is taken away but not deleted yet: delete it, so that its runner stops.
+    assert step(TRIAL, pod(runner=running), Lost("Preempted.")) == DeletePod("t1")
+    # Being deleted: its runner uploads what it has within its grace period; wait for it.
+    soon = pod(runner=running, deleted_at=NOW)
+    assert step(TRIAL, soon, Lost("Deleted.")) == Nothing(waiting=True)
+    # A runner that shows as running long after its Pod's deletion time is on a lost node.
+    long_ago = pod(runner=running, deleted_at=NOW - timedelta(seconds=OLD_RUNNER_MARGIN_SEC + 1))
+    assert isinstance(step(TRIAL, long_ago, Lost("Deleted.")), RetryPod)
+    # A runner that stopped has written what it will.
+    stopped = pod(runner={"terminated": {"exitCode": 143}}, deleted_at=NOW)
+    assert isinstance(step(TRIAL, stopped, Lost("Deleted.")), RetryPod)
