@@ -1,6 +1,8 @@
 """The operator end to end on a real cluster, as a user would check it: the CRDs from crds/
 installed, `rollout-operator` running (here as a local process with KUBECONFIG), a RolloutJob of
-the oracle agent on the offline example task applied, and the trial and the job's files checked.
+the oracle agent on the offline example task applied, and the trial and the job's files checked;
+then the same task on an image that cannot be pulled (`127.0.0.1:1/nothing:1`, an address that
+refuses at once), whose trial still leaves its record in storage.
 
 Settings, from the environment:
 
@@ -106,12 +108,12 @@ def namespace(api: kubernetes.client.ApiClient) -> Iterator[str]:
         core.delete_namespace(name)
 
 
-def publish_task(tmp_path: Path, store: ObjectStore) -> dict[str, str]:
-    """The example task (with the configured image) published to storage as a dataset."""
+def publish_task(tmp_path: Path, store: ObjectStore, image: str | None) -> dict[str, str]:
+    """The example task (with `image`, else its own) published to storage as a dataset."""
     root = tmp_path / "e2e-tasks"
     task = root / "hello-offline"
     shutil.copytree(TASK, task)
-    if image := os.environ.get("ROLLOUT_E2E_TASK_IMAGE"):
+    if image:
         toml = task / "task.toml"
         toml.write_text(toml.read_text().replace('"debian:bookworm-slim"', json.dumps(image)))
     manifest = build_manifest(load_local_dataset(root))
@@ -145,117 +147,190 @@ def delete_job_while_the_operator_runs(
     wait_until(gone, timeout=60, what=f"RolloutJob {name} deleted")
 
 
-def test_the_operator_runs_an_oracle_job_on_a_real_cluster(
-    api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path
-) -> None:
-    settings, credentials = storage_from_env()
-    store = ObjectStore(settings, credentials)
-    dataset = publish_task(tmp_path, store)
-    core: Any = kubernetes.client.CoreV1Api(api)
-    custom: Any = kubernetes.client.CustomObjectsApi(api)
-    storage: dict[str, Any] = {
-        "bucket": settings.bucket,
-        "prefix": settings.prefix,
-        "region": settings.region,
-        "pathStyle": settings.path_style,
-    }
-    if endpoint := os.environ.get("ROLLOUT_STORAGE_CLUSTER_ENDPOINT") or settings.endpoint:
-        storage["endpoint"] = endpoint
-    if credentials is not None:
-        core.create_namespaced_secret(
-            namespace,
-            {
-                "metadata": {"name": SECRET},
-                "stringData": {
-                    "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
-                    "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
-                },
-            },
-        )
-        storage["credentialsSecret"] = SECRET
+class Cluster:
+    """The test's namespace with storage and an operator process serving it."""
 
-    log_path = tmp_path / "operator.log"
-    env = {
-        **os.environ,
-        "ROLLOUT_NAMESPACES": namespace,
-        "ROLLOUT_PEERING": "",
-        "ROLLOUT_METRICS_PORT": str(free_port()),
-        "ROLLOUT_HEALTH_PORT": str(free_port()),
-        "ROLLOUT_STATUS_INTERVAL_SEC": "1",
-    }
-    job_name = f"e2e-{uuid.uuid4().hex[:8]}"
-    timeout = float(os.environ.get("ROLLOUT_E2E_TIMEOUT", "600"))
-    with log_path.open("ab") as log:
-        operator = subprocess.Popen(
-            [shutil.which("rollout-operator") or "rollout-operator"],
-            env=env,
-            stdout=log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        custom.create_namespaced_custom_object(
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> None:
+        self.namespace = namespace
+        self.tmp_path = tmp_path
+        self.core: Any = kubernetes.client.CoreV1Api(api)
+        self.custom: Any = kubernetes.client.CustomObjectsApi(api)
+        self.settings, self.credentials = storage_from_env()
+        self.store = ObjectStore(self.settings, self.credentials)
+        self.storage: dict[str, Any] = {
+            "bucket": self.settings.bucket,
+            "prefix": self.settings.prefix,
+            "region": self.settings.region,
+            "pathStyle": self.settings.path_style,
+        }
+        if endpoint := os.environ.get("ROLLOUT_STORAGE_CLUSTER_ENDPOINT") or self.settings.endpoint:
+            self.storage["endpoint"] = endpoint
+        self.log_path = tmp_path / "operator.log"
+        self.jobs: list[str] = []
+        self.operator: subprocess.Popen[bytes] | None = None
+
+    def start(self, **environ: str) -> None:
+        """The Secret the trial Pods read storage with, and the operator (`environ` added)."""
+        if self.credentials is not None:
+            self.core.create_namespaced_secret(
+                self.namespace,
+                {
+                    "metadata": {"name": SECRET},
+                    "stringData": {
+                        "AWS_ACCESS_KEY_ID": self.credentials.access_key_id.get_secret_value(),
+                        "AWS_SECRET_ACCESS_KEY": (
+                            self.credentials.secret_access_key.get_secret_value()
+                        ),
+                    },
+                },
+            )
+            self.storage["credentialsSecret"] = SECRET
+        env = {
+            **os.environ,
+            "ROLLOUT_NAMESPACES": self.namespace,
+            "ROLLOUT_PEERING": "",
+            "ROLLOUT_METRICS_PORT": str(free_port()),
+            "ROLLOUT_HEALTH_PORT": str(free_port()),
+            "ROLLOUT_STATUS_INTERVAL_SEC": "1",
+            **environ,
+        }
+        with self.log_path.open("ab") as log:
+            self.operator = subprocess.Popen(
+                [shutil.which("rollout-operator") or "rollout-operator"],
+                env=env,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+            )
+
+    def stop(self) -> None:
+        """The jobs first, while the operator runs: only it removes its finalizer, and a job
+        left behind would hold the namespace Terminating for good."""
+        if self.operator is None:
+            return
+        for name in self.jobs:
+            delete_job_while_the_operator_runs(self.custom, self.namespace, name, self.operator)
+        self.operator.terminate()
+        try:
+            self.operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.operator.kill()
+
+    def submit(self, dataset: dict[str, str]) -> str:
+        """A RolloutJob of the oracle agent on `dataset`; its name."""
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        self.jobs.append(name)
+        self.custom.create_namespaced_custom_object(
             GROUP,
             VERSION,
-            namespace,
+            self.namespace,
             "rolloutjobs",
             {
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "RolloutJob",
-                "metadata": {"name": job_name},
+                "metadata": {"name": name},
                 "spec": {
                     "agents": [{"name": "oracle"}],
                     "datasets": [dataset],
                     "nConcurrentTrials": 1,
                     "metrics": [{"type": "mean"}],
-                    "storage": storage,
+                    "storage": self.storage,
                     "runnerImage": os.environ["ROLLOUT_RUNNER_IMAGE"],
                 },
             },
         )
+        return name
+
+    def completed(self, name: str) -> dict[str, Any]:
+        """The RolloutJob once Completed (within ROLLOUT_E2E_TIMEOUT); the operator's log on
+        failure."""
+        timeout = float(os.environ.get("ROLLOUT_E2E_TIMEOUT", "600"))
 
         def finished() -> dict[str, Any] | None:
-            assert operator.poll() is None, "the operator exited:\n" + log_path.read_text()
-            job: dict[str, Any] = custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "rolloutjobs", job_name
+            assert self.operator is not None
+            assert self.operator.poll() is None, (
+                "the operator exited:\n" + self.log_path.read_text()
+            )
+            job: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "rolloutjobs", name
             )
             phase = (job.get("status") or {}).get("phase")
             assert phase != "Failed", json.dumps(job.get("status"), indent=2)
             return job if phase == "Completed" else None
 
         try:
-            job = wait_until(finished, timeout=timeout, what=f"RolloutJob {job_name} completed")
+            return wait_until(finished, timeout=timeout, what=f"RolloutJob {name} completed")
         except (TimeoutError, AssertionError):
-            print(log_path.read_text())
+            print(self.log_path.read_text())
             raise
 
-        status = job["status"]
-        assert status["counts"]["total"] == status["counts"]["completed"] == 1
-        assert status["passRate"] == 1.0
-        trials = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rollouttrials")
-        (trial,) = trials["items"]
-        assert trial["status"]["phase"] == "Succeeded"
-        assert trial["status"]["reward"] == 1.0
-        assert trial["status"].get("error") is None
-        result_key = job_result_key(settings.prefix, job_name)
-        assert status["resultUri"] == store.uri(result_key)
-        job_result = json.loads(store.get_bytes(result_key))
-        assert (job_result["total_trials"], job_result["pass_rate"]) == (1, 1.0)
-        trial_dir = trial_prefix(
-            settings.prefix, job_name, "oracle", dataset["name"], "hello-offline", 1
+    def trial_dir(self, job: str, dataset: dict[str, str]) -> str:
+        return trial_prefix(
+            self.settings.prefix, job, "oracle", dataset["name"], "hello-offline", 1
         )
-        trial_result = json.loads(store.get_bytes(trial_dir + "result.json"))
-        assert (trial_result["reward"], trial_result["error"]) == (1.0, None)
-        assert store.exists(trial_dir + "logs/verifier/reward.txt")
-        # The trial's Pod is gone once the trial ended (preserveEnv is off).
-        pods = core.list_namespaced_pod(namespace, label_selector="rollout.dev/trial")
-        assert [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp] == []
+
+
+@pytest.fixture
+def cluster(api: kubernetes.client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[Cluster]:
+    running = Cluster(api, namespace, tmp_path)
+    try:
+        yield running
     finally:
-        # The job first, while the operator runs: only it removes its finalizer, and a job left
-        # behind would hold the namespace Terminating for good.
-        delete_job_while_the_operator_runs(custom, namespace, job_name, operator)
-        operator.terminate()
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
+        running.stop()
+
+
+def test_the_operator_runs_an_oracle_job_on_a_real_cluster(cluster: Cluster) -> None:
+    store = cluster.store
+    dataset = publish_task(cluster.tmp_path, store, os.environ.get("ROLLOUT_E2E_TASK_IMAGE"))
+    cluster.start()
+    job_name = cluster.submit(dataset)
+    job = cluster.completed(job_name)
+
+    status = job["status"]
+    assert status["counts"]["total"] == status["counts"]["completed"] == 1
+    assert status["passRate"] == 1.0
+    trials = cluster.custom.list_namespaced_custom_object(
+        GROUP, VERSION, cluster.namespace, "rollouttrials"
+    )
+    (trial,) = trials["items"]
+    assert trial["status"]["phase"] == "Succeeded"
+    assert trial["status"]["reward"] == 1.0
+    assert trial["status"].get("error") is None
+    result_key = job_result_key(cluster.settings.prefix, job_name)
+    assert status["resultUri"] == store.uri(result_key)
+    job_result = json.loads(store.get_bytes(result_key))
+    assert (job_result["total_trials"], job_result["pass_rate"]) == (1, 1.0)
+    trial_dir = cluster.trial_dir(job_name, dataset)
+    trial_result = json.loads(store.get_bytes(trial_dir + "result.json"))
+    assert (trial_result["reward"], trial_result["error"]) == (1.0, None)
+    assert store.exists(trial_dir + "logs/verifier/reward.txt")
+    # The trial's Pod is gone once the trial ended (preserveEnv is off).
+    pods = cluster.core.list_namespaced_pod(cluster.namespace, label_selector="rollout.dev/trial")
+    assert [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp] == []
+
+
+UNPULLABLE_IMAGE = "127.0.0.1:1/nothing:1"
+"""An image on an address that refuses at once: never a public registry."""
+
+
+def test_a_trial_whose_image_cannot_be_pulled_leaves_its_record(cluster: Cluster) -> None:
+    store = cluster.store
+    dataset = publish_task(cluster.tmp_path, store, UNPULLABLE_IMAGE)
+    # The kubelet retries a pull with back-off; the operator gives up on it after this grace.
+    cluster.start(ROLLOUT_IMAGE_PULL_GRACE_SEC="20")
+    job_name = cluster.submit(dataset)
+    job = cluster.completed(job_name)
+
+    assert job["status"]["counts"]["failed"] == 1
+    assert job["status"]["failures"]["infrastructure"] == 1
+    trial_dir = cluster.trial_dir(job_name, dataset)
+    record = json.loads(store.get_bytes(trial_dir + "result.json"))
+    assert record["error"]["type"] == "environment_image_pull_failed"
+    assert record["reward"] is None
+    assert record["rollout"]["failure_class"] == "infrastructure"
+    assert record["rollout"]["tries"] == 1
+    error_txt = store.get_bytes(trial_dir + "error.txt").decode()
+    assert error_txt.startswith("environment_image_pull_failed: ")
+    job_result = json.loads(store.get_bytes(job_result_key(cluster.settings.prefix, job_name)))
+    assert job_result["failed_trials"] == 1
+    assert job_result["rollout"]["failures"]["infrastructure"] == 1
