@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from s3_kit import S3Settings
 
 from rollout.api.errors import ErrorType
+from rollout.api.failures import BUILD_NOT_RUN
 from rollout.api.resources import (
     DatasetRef,
     JobConditionReason,
@@ -228,9 +229,17 @@ async def test_a_trial_whose_image_needs_a_build_fails_with_its_record_and_no_po
     store = s3_settings.store()
     prefix = trial_prefix(s3_settings)
     api = FakeApi(witness=lambda: sorted(store.list_keys(prefix)))
-    run, writes, _ = executor(api, s3=s3_settings)
+    registry = CollectorRegistry()
+    run, writes, _ = executor(api, s3=s3_settings, registry=registry)
     place = TrialPlace(s3_settings.location, "job")
-    failed = fail_trial(KEY, place, ErrorType.ENVIRONMENT_BUILD_FAILED, "no builder", NOW)
+    failed = fail_trial(
+        KEY,
+        place,
+        ErrorType.ENVIRONMENT_BUILD_FAILED,
+        "no builder",
+        NOW,
+        class_override=BUILD_NOT_RUN,
+    )
     await run.run([create("t1", build_failed=failed, storage=s3_settings.location)], now=NOW)
     assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]
     assert writes.trials([])["t1"].finished
@@ -240,6 +249,9 @@ async def test_a_trial_whose_image_needs_a_build_fails_with_its_record_and_no_po
     assert result.error is not None
     assert result.error.message == "no builder"
     assert api.trials["t1"]["status"]["resultUri"] == store.uri(prefix + "result.json")
+    build = {"error_type": "environment_build_failed", "failure_class": "infrastructure"}
+    counted = {"phase": "Failed", **build}
+    assert registry.get_sample_value("rollout_trials_finished_total", counted) == 1
 
 
 async def test_no_trial_is_created_for_a_job_on_its_way_out() -> None:
@@ -297,7 +309,7 @@ async def test_a_final_status_removes_the_pod_and_counts_the_trial() -> None:
     steps = [TrialStep(entry("t1"), final, PLACE), TrialStep(entry("t2"), DeletePod("t2"), PLACE)]
     await run.run(steps, now=NOW)
     assert api.calls == [("patch_trial_status", "t1"), ("delete_pod", "t1"), ("delete_pod", "t2")]
-    labels = {"phase": "Succeeded", "error_type": ""}
+    labels = {"phase": "Succeeded", "error_type": "", "failure_class": ""}
     assert registry.get_sample_value("rollout_trials_finished_total", labels) == 1
     assert "t1" in writes.pods_deleted
     assert "t2" in writes.pods_deleted

@@ -197,12 +197,13 @@ def test_metrics_sum_the_jobs_and_count_finished_trials() -> None:
     metrics = OperatorMetrics(registry)
     metrics.jobs.report("a", {"Running": 2, "Pending": 1}, active=2)
     metrics.jobs.report("b", {"Running": 1}, active=1)
-    metrics.trial_finished("Failed", "verifier_timeout", {"total_sec": 30.0, "verifier_sec": None})
+    durations = {"total_sec": 30.0, "verifier_sec": None}
+    metrics.trial_finished("Failed", "verifier_timeout", durations, "agent")
     assert registry.get_sample_value("rollout_trials", {"phase": "Running"}) == 3
     assert registry.get_sample_value("rollout_active_trials") == 3
     metrics.jobs.forget("a")
     assert registry.get_sample_value("rollout_active_trials") == 1
-    labels = {"phase": "Failed", "error_type": "verifier_timeout"}
+    labels = {"phase": "Failed", "error_type": "verifier_timeout", "failure_class": "agent"}
     assert registry.get_sample_value("rollout_trials_finished_total", labels) == 1
     total = {"phase": "total"}
     assert registry.get_sample_value("rollout_trial_phase_duration_seconds_sum", total) == 30

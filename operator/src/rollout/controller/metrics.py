@@ -2,7 +2,8 @@
 
 - `rollout_trials{phase}`: the trials of the jobs this operator reconciles, by phase (Pending
   includes trials not created yet); `rollout_active_trials`: created and not finished.
-- `rollout_trials_finished_total{phase, error_type}`: trials this process saw end, by outcome.
+- `rollout_trials_finished_total{phase, error_type, failure_class}`: trials this process saw
+  end, by outcome and whose failure it was (agent, task, infrastructure; "" without an error).
 - `rollout_trial_phase_duration_seconds{phase}`: how long trial phases took, from the runner's
   termination message (environment_setup, agent_setup, agent_execution, verifier, total).
 - `rollout_reconcile_duration_seconds`, `rollout_reconcile_errors_total{kind}`: the job
@@ -70,8 +71,8 @@ class OperatorMetrics:
         registry.register(self.jobs)
         self.trials_finished = Counter(
             "rollout_trials_finished_total",
-            "Trials that ended, by phase and error type ('' without an error).",
-            ["phase", "error_type"],
+            "Trials that ended, by phase, error type and failure class ('' without an error).",
+            ["phase", "error_type", "failure_class"],
             registry=registry,
         )
         self.phase_duration = Histogram(
@@ -101,9 +102,15 @@ class OperatorMetrics:
         )
 
     def trial_finished(
-        self, phase: str, error_type: str | None, durations: Mapping[str, float | None]
+        self,
+        phase: str,
+        error_type: str | None,
+        durations: Mapping[str, float | None],
+        failure_class: str | None,
     ) -> None:
-        self.trials_finished.labels(phase=phase, error_type=error_type or "").inc()
+        self.trials_finished.labels(
+            phase=phase, error_type=error_type or "", failure_class=failure_class or ""
+        ).inc()
         for key, label in DURATION_PHASES.items():
             value = durations.get(key)
             if value is not None:
