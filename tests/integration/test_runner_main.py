@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from s3_kit import S3Settings
 
 from fakecontainer import fake_container, requires_fake_container
 from rollout.api.errors import ErrorType
-from rollout.api.wire.spec import agent_env_var_name
+from rollout.api.results import TrialResult
+from rollout.api.wire.spec import agent_env_var_name, pod_created_at_text
 from rollout.api.wire.termination import MAX_BYTES
 
 pytestmark = pytest.mark.integration
@@ -140,6 +142,7 @@ def test_help_documents_the_spec_and_storage_settings() -> None:
         "--spec",
         "ROLLOUT_TRIAL_SPEC",
         "ROLLOUT_AGENT_ENV_<NAME>",
+        "ROLLOUT_POD_CREATED_AT",
         "ROLLOUT_STORAGE_BUCKET",
         "ROLLOUT_STORAGE_ENDPOINT",
         "ROLLOUT_STORAGE_CREDENTIALS_DIR",
@@ -181,6 +184,80 @@ def test_a_missing_secret_value_is_named(tmp_path: Path, s3_settings: S3Settings
     message = json.loads(termination_log.read_text())["error"]["message"]
     assert "ROLLOUT_AGENT_ENV_MY_API_KEY: is not set" in message
     assert "key 'k' of Secret 'keys'" in message
+
+
+@requires_fake_container()
+def test_the_trials_timings_start_when_its_pod_was_created(
+    tmp_path: Path, s3_settings: S3Settings
+) -> None:
+    store = fast_store(s3_settings)
+    content_hash = publish_task(store, "hello-offline")
+    spec = make_spec(store, "hello-offline", content_hash)
+    # The Pod was created a few seconds before the runner started: scheduling, image pull and
+    # container start happened then, and they are part of environment setup.
+    created = datetime.now(UTC) - timedelta(seconds=5)
+    termination_log = tmp_path / "termination-log"
+    with fake_container(new_container_dir(tmp_path)) as container:
+        done = rollout_runner(
+            "--control-dir",
+            str(container.control_dir),
+            "--logs-dir",
+            str(container.logs_dir),
+            "--termination-log",
+            str(termination_log),
+            env=runner_env(
+                s3_settings,
+                ROLLOUT_TRIAL_SPEC=spec.model_dump_json(by_alias=True),
+                ROLLOUT_POD_CREATED_AT=pod_created_at_text(created),
+            ),
+        )
+        assert container.wait_exit(20) == 0
+
+    assert done.returncode == 0, done.stderr
+    result = TrialResult.from_json(trial_objects(store, spec)["result.json"])
+    assert result.reward == 1.0, result.error
+    stamps, durations = result.timestamps, result.durations
+    assert stamps.started_at == created
+    assert stamps.environment_setup_started_at == created
+    assert stamps.environment_setup_ended_at is not None
+    assert stamps.ended_at is not None
+    setup_sec = durations.environment_setup_sec
+    assert setup_sec is not None
+    assert setup_sec >= 5
+    # Wall clock and monotonic clock agree to within a little on one machine.
+    wall_setup = (stamps.environment_setup_ended_at - created).total_seconds()
+    assert abs(setup_sec - wall_setup) < 1
+    assert durations.total_sec is not None
+    assert durations.total_sec >= setup_sec + (durations.agent_execution_sec or 0) + (
+        durations.verifier_sec or 0
+    )
+    assert abs(durations.total_sec - (stamps.ended_at - created).total_seconds()) < 1
+    # The termination message carries the same timings.
+    message = json.loads(termination_log.read_text())
+    document = result.model_dump(mode="json")
+    assert message["timestamps"] == document["timestamps"]
+    assert message["durations"] == document["durations"]
+    assert message["timestamps"]["started_at"] == pod_created_at_text(created)
+
+
+def test_a_pod_creation_time_that_is_not_a_time_exits_2_naming_it(
+    tmp_path: Path, s3_settings: S3Settings
+) -> None:
+    store = fast_store(s3_settings)
+    spec = make_spec(store, "hello-offline", "0" * 64)
+    termination_log = tmp_path / "termination-log"
+    done = rollout_runner(
+        "--termination-log",
+        str(termination_log),
+        env=runner_env(
+            s3_settings,
+            ROLLOUT_TRIAL_SPEC=spec.model_dump_json(by_alias=True),
+            ROLLOUT_POD_CREATED_AT="2025-01-15 10:30",
+        ),
+    )
+    assert done.returncode == 2
+    message = json.loads(termination_log.read_text())["error"]["message"]
+    assert "ROLLOUT_POD_CREATED_AT: is '2025-01-15 10:30', not a time with its offset" in message
 
 
 @requires_fake_container()

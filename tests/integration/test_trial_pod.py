@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,14 @@ async def test_a_trial_pod_runs_the_agents_script_byte_for_byte(
     out = store.get_bytes(prefix + "logs/agent/out.txt").decode()
     assert re.fullmatch(r"pid-literal: \$\$ pid: [0-9]+ sub: sub-ok home: \n", out), out
     assert store.get_bytes(prefix + "logs/agent/price.txt").decode() == PRICE
+    # The trial's timings start when the operator created the Pod, not when the runner started.
+    runner = next(c for c in pod["spec"]["containers"] if c["name"] == "runner")
+    created_text = next(e["value"] for e in runner["env"] if e["name"] == "ROLLOUT_POD_CREATED_AT")
+    created = datetime.fromisoformat(created_text)
+    assert summary["timestamps"]["started_at"] == created_text
+    assert summary["timestamps"]["environment_setup_started_at"] == created_text
+    api_created = datetime.fromisoformat(pod["metadata"]["creationTimestamp"])
+    assert abs(created - api_created) < timedelta(seconds=2)  # the API's has whole seconds
 
 
 async def _one_pod(kube: Kube) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import kubernetes_validate
@@ -22,7 +23,7 @@ from rollout.controller.pod import (
 )
 from rollout.storage import storage_from_env
 from rollout_runner.main import build_parser
-from rollout_runner.spec import load_spec, resolve_agent_env
+from rollout_runner.spec import load_pod_created_at, load_spec, resolve_agent_env
 
 KUBERNETES_VERSIONS = ("1.25", "1.28", "1.33")
 """The oldest schema kubernetes-validate ships (1.24 is not among them), the first with native
@@ -30,6 +31,8 @@ sidecars, and a recent one."""
 
 TRIAL_NAME = trial_resource_name("nightly-evals", "claude-code", "terminal-bench", "hello-world", 2)
 SECRET_VALUE = "sk-ant-api03-this-never-appears-in-a-pod"
+CREATED = datetime(2025, 1, 15, 10, 30, 0, 125000, tzinfo=UTC)
+"""When the operator creates the Pod (it passes the time it renders the Pod at)."""
 
 SPEC: dict[str, Any] = {
     "jobName": "nightly-evals",
@@ -102,7 +105,10 @@ def make_config(**changes: Any) -> OperatorConfig:
 
 def render(trial: dict[str, Any] | None = None, **config: Any) -> dict[str, Any]:
     return render_trial_pod(
-        trial or make_trial(), config=make_config(**config), pod_name="trial-pod-r0"
+        trial or make_trial(),
+        config=make_config(**config),
+        pod_name="trial-pod-r0",
+        created_at=CREATED,
     )
 
 
@@ -231,7 +237,9 @@ def test_the_pod_is_owned_by_its_trial() -> None:
 
 
 def test_a_retry_is_recorded_on_the_pod() -> None:
-    pod = render_trial_pod(make_trial(), config=make_config(), pod_name="t-r3", retry=3)
+    pod = render_trial_pod(
+        make_trial(), config=make_config(), pod_name="t-r3", retry=3, created_at=CREATED
+    )
     assert pod["metadata"]["annotations"] == {"rollout.dev/retry": "3"}
     assert pod["metadata"]["name"] == "t-r3"
 
@@ -340,6 +348,29 @@ def test_the_runner_reads_back_the_storage_settings() -> None:
     assert credentials is None  # nothing secret in the Pod's env
 
 
+def test_the_runner_learns_when_its_pod_was_created() -> None:
+    runner = container(render(), "runner")
+    assert env_of(runner)["ROLLOUT_POD_CREATED_AT"] == {
+        "name": "ROLLOUT_POD_CREATED_AT",
+        "value": "2025-01-15T10:30:00.125000Z",
+    }
+    assert load_pod_created_at(literal_env(runner)) == CREATED  # through the kubelet
+    assert "ROLLOUT_POD_CREATED_AT" not in env_of(container(render(), "environment"))
+
+
+def test_a_pod_creation_time_in_another_zone_is_written_in_utc() -> None:
+    created = CREATED.astimezone(timezone(timedelta(hours=-5)))
+    pod = render_trial_pod(make_trial(), config=make_config(), pod_name="p", created_at=created)
+    environ = literal_env(container(pod, "runner"))
+    assert environ["ROLLOUT_POD_CREATED_AT"] == "2025-01-15T10:30:00.125000Z"
+
+
+def test_a_pod_creation_time_without_a_zone_is_refused() -> None:
+    naive = CREATED.replace(tzinfo=None)
+    with pytest.raises(ValueError, match="no timezone"):
+        render_trial_pod(make_trial(), config=make_config(), pod_name="p", created_at=naive)
+
+
 def test_a_storage_region_is_passed_on() -> None:
     trial = make_trial(storage={"bucket": "b", "region": "eu-central-1"})
     environ = literal_env(container(render(trial), "runner"))
@@ -387,7 +418,7 @@ def test_no_secret_value_is_in_the_pod(tmp_path: Any) -> None:
     )
     assert config.storage_credentials is not None
     assert config.storage_credentials.secrets()
-    pod = render_trial_pod(make_trial(), config=config, pod_name="p")
+    pod = render_trial_pod(make_trial(), config=config, pod_name="p", created_at=CREATED)
     text = json.dumps(pod)
     for secret in config.storage_credentials.secrets():
         assert secret not in text
@@ -492,7 +523,7 @@ def test_the_trials_overrides_win_field_by_field_over_the_operators_defaults() -
     }
     trial = make_trial(pod={"nodeSelector": {"pool": "gpu"}, "runtimeClassName": "kata"})
     config = make_config(default_pod_overrides=defaults)
-    spec = render_trial_pod(trial, config=config, pod_name="p")["spec"]
+    spec = render_trial_pod(trial, config=config, pod_name="p", created_at=CREATED)["spec"]
     assert spec["nodeSelector"] == {"pool": "gpu"}
     assert spec["runtimeClassName"] == "kata"
     assert spec["tolerations"] == defaults["tolerations"]

@@ -58,7 +58,7 @@ def ts(at: datetime) -> str:
 
 def pod_with(status: dict[str, Any], *, deleting: datetime | None = None) -> dict[str, Any]:
     """The rendered Pod as the API returns it: with its creation time and a status."""
-    pod = render_trial_pod(TRIAL, config=CONFIG, pod_name="t")
+    pod = render_trial_pod(TRIAL, config=CONFIG, pod_name="t", created_at=CREATED)
     pod["metadata"]["creationTimestamp"] = ts(CREATED)
     pod["metadata"]["uid"] = "pod-uid"
     if deleting is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from rollout.api.wire.spec import agent_env_var_name, trial_spec_json
 from rollout.controller.config import OperatorConfig
 from rollout.controller.kubelet_text import kubelet_literal
 from rollout.controller.pod import render_trial_pod
-from rollout_runner.spec import load_spec
+from rollout_runner.spec import load_pod_created_at, load_spec
 
 # The script a maintainer ran on a real cluster; main's Pod turned it into
 # `pid-literal: $$ pid: $ sub: sub-ok home: `.
@@ -103,8 +104,12 @@ def trial_with_dollars() -> dict[str, Any]:
 
 def test_every_string_of_a_trial_pod_reaches_its_process_byte_for_byte() -> None:
     trial = trial_with_dollars()
+    created = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
     pod = render_trial_pod(
-        copy.deepcopy(trial), config=OperatorConfig(runner_image="r"), pod_name="p"
+        copy.deepcopy(trial),
+        config=OperatorConfig(runner_image="r"),
+        pod_name="p",
+        created_at=created,
     )
     containers = {c["name"]: c for c in pod["spec"]["containers"]}
 
@@ -120,6 +125,7 @@ def test_every_string_of_a_trial_pod_reaches_its_process_byte_for_byte() -> None
     assert spec.agent.env[0].value == "costs $$5, see $(HOME) and $HOME"
     assert env["ROLLOUT_STORAGE_PREFIX"] == "team-$(USER)-$$"
     assert env[agent_env_var_name("KEY")] == "secret-$(HOME)-$$"  # Secrets are not expanded
+    assert load_pod_created_at(env) == created
     # And what an unescaped Pod would have handed the runner instead:
     raw = trial_spec_json(RolloutTrialSpec.model_validate(trial["spec"]))
     assert json.loads(expand(raw, env))["agent"]["execute"] != FAULT_SCRIPT

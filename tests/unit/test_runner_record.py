@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from rollout.api.errors import ErrorType
 from rollout.api.results import TrialResult
@@ -87,3 +87,89 @@ def test_a_teardown_error_never_displaces_the_trials_error() -> None:
     assert error is not None
     assert error.type is ErrorType.AGENT_EXECUTION_TIMEOUT
     assert result(record).failed
+
+
+# --- environment setup began before the runner did ------------------------------------------------
+
+
+class FakeClock:
+    """A clock that moves only when the test says so."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+        self.elapsed = 100.0
+
+    def now(self) -> datetime:
+        return self.at
+
+    def monotonic(self) -> float:
+        return self.elapsed
+
+    def advance(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+        self.elapsed += seconds
+
+
+def test_a_pod_created_before_the_runner_started_counts_in_environment_setup() -> None:
+    clock = FakeClock(START)
+    created = START - timedelta(seconds=30)  # scheduling, image pull, container start
+    record = TrialRecord(clock, began_at=created)
+    clock.advance(2)  # the runner's own part of setup: waiting for the shim, fetching the task
+    with record.phase(Phase.ENVIRONMENT_SETUP):
+        clock.advance(3)
+    with record.phase(Phase.AGENT_EXECUTION):
+        clock.advance(10)
+    record.finish()
+    trial = result(record)
+    assert trial.timestamps.started_at == created
+    assert trial.timestamps.environment_setup_started_at == created
+    assert trial.timestamps.environment_setup_ended_at == START + timedelta(seconds=5)
+    assert trial.durations.environment_setup_sec == 35.0
+    assert trial.timestamps.agent_execution_started_at == START + timedelta(seconds=5)
+    assert trial.durations.agent_execution_sec == 10.0
+    assert trial.durations.total_sec == 45.0
+    assert trial.timestamps.ended_at == START + timedelta(seconds=15)
+    assert record.notes == []
+
+
+def test_without_a_creation_time_the_trial_starts_with_the_runner() -> None:
+    clock = FakeClock(START)
+    record = TrialRecord(clock)
+    clock.advance(1)
+    with record.phase(Phase.ENVIRONMENT_SETUP):
+        clock.advance(3)
+    record.finish()
+    trial = result(record)
+    assert trial.timestamps.started_at == START
+    assert trial.timestamps.environment_setup_started_at == START
+    assert trial.durations.environment_setup_sec == 4.0
+    assert trial.durations.total_sec == 4.0
+    assert record.notes == []
+
+
+def test_a_creation_time_after_the_runners_start_is_clock_skew_and_not_used() -> None:
+    clock = FakeClock(START)
+    record = TrialRecord(clock, began_at=START + timedelta(seconds=7))
+    with record.phase(Phase.ENVIRONMENT_SETUP):
+        clock.advance(3)
+    record.finish()
+    trial = result(record)
+    assert trial.timestamps.started_at == START
+    assert trial.timestamps.environment_setup_started_at == START
+    assert trial.durations.environment_setup_sec == 3.0
+    assert trial.durations.total_sec == 3.0
+    assert len(record.notes) == 1
+    assert "2025-01-15T10:30:07Z" in record.notes[0]
+    assert "clock" in record.notes[0]
+
+
+def test_a_creation_time_in_another_timezone_is_the_same_moment() -> None:
+    clock = FakeClock(START)
+    created = (START - timedelta(seconds=30)).astimezone(timezone(timedelta(hours=2)))
+    record = TrialRecord(clock, began_at=created)
+    with record.phase(Phase.ENVIRONMENT_SETUP):
+        clock.advance(1)
+    record.finish()
+    trial = result(record)
+    assert trial.durations.environment_setup_sec == 31.0
+    assert trial.model_dump(mode="json")["timestamps"]["started_at"] == "2025-01-15T10:29:30Z"

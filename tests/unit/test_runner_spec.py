@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,14 @@ import pytest
 
 from rollout.api.errors import InvalidInput
 from rollout.api.resources import AgentSpec
-from rollout.api.wire.spec import SPEC_ENV_VAR, agent_env_var_name, parse_spec
-from rollout_runner.spec import load_spec, resolve_agent_env
+from rollout.api.wire.spec import (
+    POD_CREATED_ENV_VAR,
+    SPEC_ENV_VAR,
+    agent_env_var_name,
+    parse_spec,
+    pod_created_at_text,
+)
+from rollout_runner.spec import load_pod_created_at, load_spec, resolve_agent_env
 
 SPEC: dict[str, Any] = {
     "jobName": "job",
@@ -94,3 +101,37 @@ def test_a_missing_secret_value_is_an_error_naming_the_secret() -> None:
         "environment: ROLLOUT_AGENT_ENV_B: is not set, but agent.env[1] (B) takes its value from "
         "key 'b' of Secret 'keys' through it"
     )
+
+
+# --- when the trial's Pod was created -------------------------------------------------------------
+
+
+def test_the_pod_creation_time_round_trips_through_its_variable() -> None:
+    created = datetime(2025, 1, 15, 10, 30, 0, 250000, tzinfo=UTC)
+    text = pod_created_at_text(created)
+    assert text == "2025-01-15T10:30:00.250000Z"
+    assert load_pod_created_at({POD_CREATED_ENV_VAR: text}) == created
+
+
+def test_a_pod_creation_time_with_an_offset_is_read_in_utc() -> None:
+    found = load_pod_created_at({POD_CREATED_ENV_VAR: "2025-01-15T12:30:00+02:00"})
+    assert found == datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
+    assert found is not None
+    assert found.tzinfo is UTC
+
+
+@pytest.mark.parametrize("environ", [{}, {POD_CREATED_ENV_VAR: ""}, {POD_CREATED_ENV_VAR: " "}])
+def test_an_unset_pod_creation_time_is_unknown(environ: dict[str, str]) -> None:
+    assert load_pod_created_at(environ) is None
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2025-01-15T10:30:00", "1736937000", "2025-13-01Z"])
+def test_a_bad_pod_creation_time_names_the_variable(text: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        load_pod_created_at({POD_CREATED_ENV_VAR: text})
+    assert str(caught.value).startswith(f"environment: ROLLOUT_POD_CREATED_AT: is {text!r}, not a")
+
+
+def test_a_naive_pod_creation_time_is_not_written() -> None:
+    with pytest.raises(ValueError, match="no timezone"):
+        pod_created_at_text(datetime(2025, 1, 15, 10, 30))

@@ -11,13 +11,14 @@ import signal
 import sys
 import tempfile
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.wire import termination
 from rollout.api.wire.shim import CONTROL_DIR
-from rollout.api.wire.spec import AGENT_ENV_PREFIX, SPEC_ENV_VAR
+from rollout.api.wire.spec import AGENT_ENV_PREFIX, POD_CREATED_ENV_VAR, SPEC_ENV_VAR
 from rollout.storage import (
     ENV_BUCKET,
     ENV_CREDENTIALS_DIR,
@@ -34,7 +35,7 @@ from rollout_runner import termination as termination_log
 from rollout_runner.context import RunnerOptions
 from rollout_runner.redact import MIN_SECRET_LENGTH, RedactingFilter, Redactor
 from rollout_runner.shim_environment import ShimEnvironment
-from rollout_runner.spec import AgentEnv, load_spec, resolve_agent_env
+from rollout_runner.spec import AgentEnv, load_pod_created_at, load_spec, resolve_agent_env
 from rollout_runner.trial import TrialReport, run_trial, trial_names
 
 log = logging.getLogger("rollout_runner")
@@ -56,6 +57,14 @@ trial spec:
   --spec, else from the environment variable {SPEC_ENV_VAR}. Agent env values that come from
   Secrets are not in the spec: each one (<NAME>) is read from this process's own environment
   variable {AGENT_ENV_PREFIX}<NAME> (the operator sets it from the same secretKeyRef).
+
+timings:
+  {POD_CREATED_ENV_VAR} (RFC 3339, e.g. 2025-01-15T10:30:00Z) is when the operator created the
+  trial's Pod: result.json's started_at and environment_setup_started_at are that moment, and
+  environment_setup_sec and total_sec include the scheduling, image pull and container start
+  before the runner started. Unset: the trial is timed from the runner's start. A time later
+  than the runner's start (the nodes' clocks disagree) is not used: the runner logs a warning,
+  and error.txt, when the trial has one, notes it.
 
 storage (environment variables):
   {ENV_BUCKET:<32} bucket with tasks/ and jobs/ (required)
@@ -81,7 +90,8 @@ exit status:
   {EXIT_OK}  a trial result was produced (whatever the trial's outcome, and even if uploading
      failed: the termination log says so in upload_error)
   {EXIT_RUNNER_FAILED}  the runner itself failed before producing a result
-  {EXIT_BAD_INPUT}  the spec, the agent's Secret env or the storage settings are missing or invalid
+  {EXIT_BAD_INPUT}  the spec, the agent's Secret env or the storage settings are missing or invalid,
+     or {POD_CREATED_ENV_VAR} is not a time
 """
 
 
@@ -161,6 +171,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec, os.environ)
         agent_env = resolve_agent_env(spec.agent, os.environ)
+        pod_created_at = load_pod_created_at(os.environ)
         location, credentials = storage_from_env()
     except InvalidInput as err:
         return _fail(args.termination_log, f"The runner's input is invalid: {err}", EXIT_BAD_INPUT)
@@ -178,7 +189,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     )
     try:
         report = asyncio.run(
-            _run_trial(spec, location, credentials, args.control_dir, agent_env, options)
+            _run_trial(
+                spec, location, credentials, args.control_dir, agent_env, options, pod_created_at
+            )
         )
     except Exception as err:
         log.exception("the runner failed")
@@ -202,6 +215,7 @@ async def _run_trial(
     control_dir: Path,
     agent_env: AgentEnv,
     options: RunnerOptions,
+    pod_created_at: datetime | None,
 ) -> TrialReport:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -210,7 +224,13 @@ async def _run_trial(
     store = ObjectStore(location, credentials)
     environment = ShimEnvironment(control_dir)
     return await run_trial(
-        spec, environment, store, agent_env=agent_env, options=options, stop=stop
+        spec,
+        environment,
+        store,
+        agent_env=agent_env,
+        options=options,
+        stop=stop,
+        began_at=pod_created_at,
     )
 
 

@@ -9,21 +9,42 @@ type that by the seed's rules never affects the reward.
 
 result.json records whose failure the trial's error is (`rollout.failure_class`: the agent's,
 the task's or the infrastructure's, by `rollout.api.failures`), null without an error.
+
+Timings: the trial starts with its environment setup, and that began before this process did.
+In a trial Pod it began when the operator created the Pod (`began_at`, from
+`rollout.api.wire.spec.POD_CREATED_ENV_VAR`): the seed counts the image pull, the container
+start and the file copies as environment setup, and scheduling comes before them. So
+`started_at` and `environment_setup_started_at` are that moment, and `environment_setup_sec` and
+`total_sec` include the time from it to the runner's start, measured by the wall clock (the only
+clock two processes share) and after that by the monotonic clock. A creation time later than the
+runner's own start can only be clock skew between the operator's node and the trial's: it is
+not used (the trial starts with the runner, and a note says so), so no duration is ever negative
+or made up. Without one (a runner run by hand, or by an operator that does not set it) the trial
+starts with the runner.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from rollout.api.additions import TrialAdditions
 from rollout.api.errors import ErrorType
 from rollout.api.failures import failure_class
-from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
+from rollout.api.results import (
+    TrialDurations,
+    TrialError,
+    TrialResult,
+    TrialTimestamps,
+    format_timestamp,
+)
 from rollout_runner.clock import Clock
+
+log = logging.getLogger(__name__)
 
 
 class Phase(StrEnum):
@@ -58,6 +79,8 @@ class TrialRecord:
     """The trial's timings, errors and reward, filled in by the phases."""
 
     clock: Clock
+    began_at: InitVar[datetime | None] = None
+    """When the trial began before this record was made (a trial Pod's creation); None: now."""
     started_at: datetime = field(init=False)
     ended_at: datetime | None = None
     total_sec: float | None = None
@@ -70,14 +93,38 @@ class TrialRecord:
     last_phase: Phase | None = None
     """The phase entered last, running or not: where an unexpected error happened."""
 
-    def __post_init__(self) -> None:
-        self.started_at = self.clock.now()
+    def __post_init__(self, began_at: datetime | None) -> None:
+        now = self.clock.now()
+        # The trial's start on the monotonic clock: when it began before this process, earlier
+        # than any reading the process made, by the wall-clock time between.
         self._started = self.clock.monotonic()
+        self.started_at = now
+        if began_at is None:
+            return
+        before = (now - began_at).total_seconds()
+        if before < 0:
+            note = (
+                f"The trial's Pod was created at {format_timestamp(began_at)}, after the runner "
+                f"started ({format_timestamp(now)}) by its own clock: the clocks of the "
+                "operator's and the trial's nodes disagree, so the trial's timings start with "
+                "the runner and leave out the Pod's scheduling, image pull and container start."
+            )
+            log.warning("%s", note)
+            self.notes.append(note)
+            return
+        self.started_at = began_at
+        self._started -= before
 
     @contextmanager
     def phase(self, phase: Phase) -> Iterator[None]:
-        """Time `phase`; it ends when the block does, whether it returns or raises."""
-        timing = PhaseTiming(started_at=self.clock.now(), started=self.clock.monotonic())
+        """Time `phase`; it ends when the block does, whether it returns or raises.
+
+        Environment setup starts with the trial (see the module docstring).
+        """
+        if phase is Phase.ENVIRONMENT_SETUP:
+            timing = PhaseTiming(started_at=self.started_at, started=self._started)
+        else:
+            timing = PhaseTiming(started_at=self.clock.now(), started=self.clock.monotonic())
         self.timings[phase] = timing
         self.current_phase = self.last_phase = phase
         try:

@@ -1,19 +1,28 @@
-"""The trial the runner is asked to run: the RolloutTrial spec and the agent's env values.
+"""The trial the runner is asked to run: the RolloutTrial spec, the agent's env values and when
+the trial's Pod was created.
 
 The runner's side of `rollout.api.wire.spec`: it reads the spec from the file named by `--spec`,
 or else from the variable `SPEC_ENV_VAR`, and takes the values of Secret-sourced agent env vars
 from its own environment (`agent_env_var_name`). Literal values (`value:`) come from the spec.
+The Pod's creation time (`POD_CREATED_ENV_VAR`) is where the trial's timings start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.resources import AgentSpec, RolloutTrialSpec
-from rollout.api.wire.spec import SPEC_ENV_VAR, agent_env_var_name, parse_spec
+from rollout.api.wire.spec import (
+    POD_CREATED_ENV_VAR,
+    SPEC_ENV_VAR,
+    agent_env_var_name,
+    parse_pod_created_at,
+    parse_spec,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,21 @@ def load_spec(path: Path | None, environ: Mapping[str, str]) -> RolloutTrialSpec
                 "is not set: give the trial spec as JSON in it, or as a file with --spec",
             )
     return parse_spec(text, source)
+
+
+def load_pod_created_at(environ: Mapping[str, str]) -> datetime | None:
+    """When the operator created the trial's Pod, from `ROLLOUT_POD_CREATED_AT`; None when unset.
+
+    Unset (or empty) means unknown, and the trial is timed from the runner's start: a runner run
+    by hand, or by an operator that does not set it, still works. A value that is not a time is
+    refused like any other bad input (InvalidInput naming the variable): it can only come from a
+    mismatch between operator and runner, and timings quietly measured from the wrong moment
+    would go unnoticed.
+    """
+    text = environ.get(POD_CREATED_ENV_VAR, "")
+    if not text.strip():
+        return None
+    return parse_pod_created_at(text)
 
 
 def resolve_agent_env(agent: AgentSpec, environ: Mapping[str, str]) -> AgentEnv:

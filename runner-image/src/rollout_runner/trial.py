@@ -21,6 +21,7 @@ import logging
 import traceback
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 
 from rollout.api.errors import ErrorType
@@ -89,11 +90,13 @@ async def run_trial(
     options: RunnerOptions,
     clock: Clock = SYSTEM_CLOCK,
     stop: asyncio.Event | None = None,
+    began_at: datetime | None = None,
 ) -> TrialReport:
     """Run the trial `spec` in `environment` and store its files; never raises for the trial.
 
     Setting `stop` cancels the running phase (recorded as internal_error) and goes on to
-    collection, teardown and uploads.
+    collection, teardown and uploads. `began_at` is when the environment's setup began before
+    this call (a trial Pod's creation): the trial's timings start there (`TrialRecord`).
     """
     await asyncio.to_thread(options.work_dir.mkdir, parents=True, exist_ok=True)
     ctx = TrialContext(
@@ -104,7 +107,7 @@ async def run_trial(
         options=options,
         agent_env=agent_env,
         redactor=Redactor([*agent_env.secrets, *store.secrets()], keep=trial_names(spec, store)),
-        record=TrialRecord(clock),
+        record=TrialRecord(clock, began_at=began_at),
     )
     log.info(
         "trial %s/%s/%s/%s__%d starts",

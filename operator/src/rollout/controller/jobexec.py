@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType, InvalidInput
@@ -260,7 +260,9 @@ class JobExecutor:
         """Create the trial's Pod; True when instead the trial was failed (no Pod can be made)."""
         config = self.runtime.config
         try:
-            pod = render_trial_pod(trial, config=config, pod_name=pod_name, retry=retry)
+            pod = render_trial_pod(
+                trial, config=config, pod_name=pod_name, retry=retry, created_at=datetime.now(UTC)
+            )
         except (InvalidInput, ValueError) as err:
             # Our own trial spec cannot be rendered (edited by hand?): the trial fails, the job
             # goes on.

@@ -7,9 +7,11 @@ its Pod"):
 - `environment`: the task's image running the shim (`rollout.api.wire.shim.shim_command`), with
   the task's resources as requests and limits, the shim's control directory and /logs mounted,
   and nothing else: no env, no token, no credentials. Agents run arbitrary code here.
-- `runner`: the sidecar, which gets the trial spec as JSON, the storage settings (never a secret
-  value: credentials come from a mounted Secret) and the agent's Secret-sourced env vars as
-  `valueFrom` references that the kubelet resolves (the operator reads no Secret).
+- `runner`: the sidecar, which gets the trial spec as JSON, the moment the operator created the
+  Pod (where the trial's environment setup starts: the runner cannot see it otherwise), the
+  storage settings (never a secret value: credentials come from a mounted Secret) and the agent's
+  Secret-sourced env vars as `valueFrom` references that the kubelet resolves (the operator reads
+  no Secret).
 
 restartPolicy Never: a trial runs once per Pod; an infrastructure retry is a new Pod.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -45,7 +48,13 @@ from rollout.api.resources import (
 from rollout.api.trials import TrialKey, trial_labels
 from rollout.api.wire import termination
 from rollout.api.wire.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
-from rollout.api.wire.spec import SPEC_ENV_VAR, agent_env_var_name, trial_spec_json
+from rollout.api.wire.spec import (
+    POD_CREATED_ENV_VAR,
+    SPEC_ENV_VAR,
+    agent_env_var_name,
+    pod_created_at_text,
+    trial_spec_json,
+)
 from rollout.controller.config import OperatorConfig
 from rollout.controller.kubelet_text import as_kubelet_literals
 from rollout.storage import ENV_CREDENTIALS_DIR, location_env
@@ -107,13 +116,18 @@ def render_trial_pod(
     *,
     config: OperatorConfig,
     pod_name: str,
+    created_at: datetime,
     retry: int = 0,
 ) -> dict[str, Any]:
     """The Pod manifest that runs `trial` (a RolloutTrial object: metadata and spec).
 
+    `created_at` (timezone-aware) is when the operator creates the Pod; the runner times the
+    trial's environment setup from it (`rollout.api.wire.spec.POD_CREATED_ENV_VAR`).
+
     Raises InvalidInput naming the RolloutTrial and the field when its spec is not valid or the
     trial is not meant to run in a Pod (another environment type), and ValueError when its
-    metadata lacks the name, namespace or uid that the Pod's owner reference needs.
+    metadata lacks the name, namespace or uid that the Pod's owner reference needs, or
+    `created_at` has no timezone.
     """
     metadata = trial.get("metadata") or {}
     name, namespace, uid = (metadata.get(key) for key in ("name", "namespace", "uid"))
@@ -142,6 +156,7 @@ def render_trial_pod(
             runner_container(
                 spec,
                 trial_name=name,
+                created_at=created_at,
                 config=config,
                 credentials_secret=credentials_secret,
                 where=where,
@@ -270,11 +285,13 @@ def runner_container(
     spec: RolloutTrialSpec,
     *,
     trial_name: str,
+    created_at: datetime,
     config: OperatorConfig,
     credentials_secret: str | None,
     where: str = "RolloutTrial",
 ) -> dict[str, Any]:
-    """The runner sidecar: the trial spec, storage settings and Secret references in its env."""
+    """The runner sidecar: the trial spec, the Pod's creation time, storage settings and Secret
+    references in its env."""
     spec_json = trial_spec_json(spec)
     size = len(f"{SPEC_ENV_VAR}={spec_json}".encode())
     if size > MAX_ARGUMENT_BYTES:
@@ -288,6 +305,7 @@ def runner_container(
     env: list[dict[str, Any]] = [
         {"name": TRIAL_NAME_ENV_VAR, "value": trial_name},
         {"name": SPEC_ENV_VAR, "value": spec_json},
+        {"name": POD_CREATED_ENV_VAR, "value": pod_created_at_text(created_at)},
     ]
     env += [{"name": key, "value": value} for key, value in location_env(spec.storage).items()]
     mounts: list[dict[str, Any]] = [

@@ -1,11 +1,13 @@
 """Environment setup: wait for the environment, fetch the task, place the instruction.
 
-Everything here counts as the seed's `environment_setup` phase: waiting for the environment to
-become ready (in a trial Pod: the shim's ready signal), downloading the task archive
-(`tasks/<contentHash>.tar.gz`) into the runner's own work directory, which the environment cannot
-see (tests/ and solution/ stay hidden from the agent), and copying instruction.md to the
-instruction path. With an agent user, /logs/verifier and /tests are made root-only (0700) here,
-before the agent can touch them, and /logs/agent is given to the agent.
+The seed's `environment_setup` phase begins before the runner does, when the trial's Pod is
+created (scheduling, image pulls, container start: see `rollout_runner.record`). The runner's
+part of it is here: waiting for the environment to become ready (in a trial Pod: the shim's
+ready signal), downloading the task archive (`tasks/<contentHash>.tar.gz`) into the runner's own
+work directory, which the environment cannot see (tests/ and solution/ stay hidden from the
+agent), and copying instruction.md to the instruction path. With an agent user, /logs/verifier
+and /tests are made root-only (0700) here, before the agent can touch them, and /logs/agent is
+given to the agent.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""How the operator hands the runner its trial: the RolloutTrial spec and the agent's Secrets.
+"""How the operator hands the runner its trial: the RolloutTrial spec, the agent's Secrets and
+the moment the trial's Pod was created.
 
 The operator gives the runner container the RolloutTrial's `.spec` as compact camelCase JSON (as
 in the resource, `trial_spec_json`) in the environment variable `SPEC_ENV_VAR`; the runner also
@@ -7,22 +8,35 @@ that come from Secrets never appear in the spec: the operator maps each agent En
 `valueFrom.secretKeyRef` to a variable of the runner container itself, named by
 `agent_env_var_name` (`ROLLOUT_AGENT_ENV_<NAME>`), and the runner reads it from its own
 environment. Literal values (`value:`) come from the spec.
+
+The runner cannot see when its Pod was created (it has no Kubernetes API access, and the downward
+API does not expose `creationTimestamp`), yet the seed's environment setup includes everything
+before the runner starts: scheduling, the image pull, the container start. So the operator sets
+`POD_CREATED_ENV_VAR` to the moment it creates the Pod (`pod_created_at_text`, RFC 3339 in UTC,
+`2025-01-15T10:30:00.123456Z`) and the runner reads it back with `parse_pod_created_at`. The
+variable is optional: a runner started without it (by hand, or by an operator that predates it)
+times the trial from its own start.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
 from rollout.api.errors import InvalidInput
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import RolloutTrialSpec
+from rollout.api.results import format_timestamp
 
 SPEC_ENV_VAR = "ROLLOUT_TRIAL_SPEC"
 """The runner container's variable holding the trial spec as JSON (when --spec is not given)."""
 
 AGENT_ENV_PREFIX = "ROLLOUT_AGENT_ENV_"
+
+POD_CREATED_ENV_VAR = "ROLLOUT_POD_CREATED_AT"
+"""The runner container's variable holding when the operator created the trial's Pod."""
 
 
 def agent_env_var_name(name: str) -> str:
@@ -53,3 +67,31 @@ def parse_spec(text: str | bytes, source: str = "trial spec") -> RolloutTrialSpe
         return RolloutTrialSpec.model_validate_json(text)
     except ValidationError as err:
         raise InvalidInput(problems_from_validation_error(err, source)) from None
+
+
+def pod_created_at_text(created_at: datetime) -> str:
+    """`created_at` (timezone-aware) as `POD_CREATED_ENV_VAR` holds it: RFC 3339 in UTC, `...Z`.
+
+    Raises ValueError for a naive time: nobody could tell which clock it came from.
+    """
+    return format_timestamp(created_at)
+
+
+def parse_pod_created_at(text: str) -> datetime:
+    """The moment in `POD_CREATED_ENV_VAR`, in UTC; InvalidInput names the variable.
+
+    Any RFC 3339 time with its offset is read (`Z`, `+00:00`, `+02:00`); one without an offset
+    is refused.
+    """
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value.utcoffset() is None:
+        raise InvalidInput.one(
+            "environment",
+            POD_CREATED_ENV_VAR,
+            f"is {text!r}, not a time with its offset such as 2025-01-15T10:30:00Z (when the "
+            "operator created the trial's Pod; leave it unset when that is not known)",
+        )
+    return value.astimezone(UTC)
