@@ -114,6 +114,7 @@ def test_a_secret_agent_env_value_is_used_and_never_stored(
     assert objects["logs/agent/leak.txt"] == b"***"
     # The verifier put the key in reward.txt; the runner's message about it is scrubbed too.
     result = json.loads(objects["result.json"])
+    assert "tries" not in result["rollout"]  # no ROLLOUT_TRY: not known
     assert result["error"] == {
         "type": str(ErrorType.VERIFIER_REWARD_INVALID),
         "message": "/logs/verifier/reward.txt holds '***', not a number",
@@ -209,6 +210,7 @@ def test_the_trials_timings_start_when_its_pod_was_created(
                 s3_settings,
                 ROLLOUT_TRIAL_SPEC=spec.model_dump_json(by_alias=True),
                 ROLLOUT_POD_CREATED_AT=pod_created_at_text(created),
+                ROLLOUT_TRY="2",  # its first Pod was lost
             ),
         )
         assert container.wait_exit(20) == 0
@@ -216,6 +218,8 @@ def test_the_trials_timings_start_when_its_pod_was_created(
     assert done.returncode == 0, done.stderr
     result = TrialResult.from_json(trial_objects(store, spec)["result.json"])
     assert result.reward == 1.0, result.error
+    assert result.rollout is not None
+    assert result.rollout.tries == 2
     stamps, durations = result.timestamps, result.durations
     assert stamps.started_at == created
     assert stamps.environment_setup_started_at == created

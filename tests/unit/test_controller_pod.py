@@ -23,7 +23,7 @@ from rollout.controller.pod import (
 )
 from rollout.storage import storage_from_env
 from rollout_runner.main import build_parser
-from rollout_runner.spec import load_pod_created_at, load_spec, resolve_agent_env
+from rollout_runner.spec import load_pod_created_at, load_spec, load_try, resolve_agent_env
 
 KUBERNETES_VERSIONS = ("1.25", "1.28", "1.33")
 """The oldest schema kubernetes-validate ships (1.24 is not among them), the first with native
@@ -356,6 +356,16 @@ def test_the_runner_learns_when_its_pod_was_created() -> None:
     }
     assert load_pod_created_at(literal_env(runner)) == CREATED  # through the kubelet
     assert "ROLLOUT_POD_CREATED_AT" not in env_of(container(render(), "environment"))
+
+
+def test_the_runner_learns_which_try_its_pod_is() -> None:
+    first = literal_env(container(render(), "runner"))
+    assert load_try(first) == 1
+    retried = render_trial_pod(
+        make_trial(), config=make_config(), pod_name="p-r2", created_at=CREATED, retry=2
+    )
+    assert load_try(literal_env(container(retried, "runner"))) == 3
+    assert "ROLLOUT_TRY" not in env_of(container(retried, "environment"))
 
 
 def test_a_pod_creation_time_in_another_zone_is_written_in_utc() -> None:

@@ -14,11 +14,13 @@ from rollout.api.resources import AgentSpec
 from rollout.api.wire.spec import (
     POD_CREATED_ENV_VAR,
     SPEC_ENV_VAR,
+    TRY_ENV_VAR,
     agent_env_var_name,
     parse_spec,
     pod_created_at_text,
+    try_text,
 )
-from rollout_runner.spec import load_pod_created_at, load_spec, resolve_agent_env
+from rollout_runner.spec import load_pod_created_at, load_spec, load_try, resolve_agent_env
 
 SPEC: dict[str, Any] = {
     "jobName": "job",
@@ -135,3 +137,19 @@ def test_a_bad_pod_creation_time_names_the_variable(text: str) -> None:
 def test_a_naive_pod_creation_time_is_not_written() -> None:
     with pytest.raises(ValueError, match="no timezone"):
         pod_created_at_text(datetime(2025, 1, 15, 10, 30))
+
+
+# --- which try at the trial the Pod is ----------------------------------------------------------
+
+
+def test_the_try_round_trips_through_its_variable() -> None:
+    assert load_try({TRY_ENV_VAR: try_text(3)}) == 3
+    assert load_try({}) is None
+    assert load_try({TRY_ENV_VAR: " "}) is None
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two", "1.5"])
+def test_a_bad_try_names_the_variable(text: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        load_try({TRY_ENV_VAR: text})
+    assert str(caught.value).startswith(f"environment: ROLLOUT_TRY: is {text!r}, not a whole")

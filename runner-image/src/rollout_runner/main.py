@@ -18,7 +18,7 @@ from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.wire import termination
 from rollout.api.wire.shim import CONTROL_DIR
-from rollout.api.wire.spec import AGENT_ENV_PREFIX, POD_CREATED_ENV_VAR, SPEC_ENV_VAR
+from rollout.api.wire.spec import AGENT_ENV_PREFIX, POD_CREATED_ENV_VAR, SPEC_ENV_VAR, TRY_ENV_VAR
 from rollout.storage import (
     ENV_BUCKET,
     ENV_CREDENTIALS_DIR,
@@ -35,7 +35,13 @@ from rollout_runner import termination as termination_log
 from rollout_runner.context import RunnerOptions
 from rollout_runner.redact import MIN_SECRET_LENGTH, RedactingFilter, Redactor
 from rollout_runner.shim_environment import ShimEnvironment
-from rollout_runner.spec import AgentEnv, load_pod_created_at, load_spec, resolve_agent_env
+from rollout_runner.spec import (
+    AgentEnv,
+    load_pod_created_at,
+    load_spec,
+    load_try,
+    resolve_agent_env,
+)
 from rollout_runner.trial import TrialReport, run_trial, trial_names
 
 log = logging.getLogger("rollout_runner")
@@ -65,6 +71,8 @@ timings:
   before the runner started. Unset: the trial is timed from the runner's start. A time later
   than the runner's start (the nodes' clocks disagree) is not used: the runner logs a warning,
   and error.txt, when the trial has one, notes it.
+  {TRY_ENV_VAR} (1, 2, ...) is which try at the trial this Pod is (a lost Pod's trial runs
+  again in a new one): result.json's rollout.tries. Unset: left out.
 
 storage (environment variables):
   {ENV_BUCKET:<32} bucket with tasks/ and jobs/ (required)
@@ -91,7 +99,7 @@ exit status:
      failed: the termination log says so in upload_error)
   {EXIT_RUNNER_FAILED}  the runner itself failed before producing a result
   {EXIT_BAD_INPUT}  the spec, the agent's Secret env or the storage settings are missing or invalid,
-     or {POD_CREATED_ENV_VAR} is not a time
+     or {POD_CREATED_ENV_VAR} is not a time, or {TRY_ENV_VAR} not a number from 1
 """
 
 
@@ -172,6 +180,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         spec = load_spec(args.spec, os.environ)
         agent_env = resolve_agent_env(spec.agent, os.environ)
         pod_created_at = load_pod_created_at(os.environ)
+        try_number = load_try(os.environ)
         location, credentials = storage_from_env()
     except InvalidInput as err:
         return _fail(args.termination_log, f"The runner's input is invalid: {err}", EXIT_BAD_INPUT)
@@ -190,7 +199,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         report = asyncio.run(
             _run_trial(
-                spec, location, credentials, args.control_dir, agent_env, options, pod_created_at
+                spec,
+                location,
+                credentials,
+                args.control_dir,
+                agent_env,
+                options,
+                pod_created_at,
+                try_number,
             )
         )
     except Exception as err:
@@ -216,6 +232,7 @@ async def _run_trial(
     agent_env: AgentEnv,
     options: RunnerOptions,
     pod_created_at: datetime | None,
+    try_number: int | None,
 ) -> TrialReport:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -231,6 +248,7 @@ async def _run_trial(
         options=options,
         stop=stop,
         began_at=pod_created_at,
+        try_number=try_number,
     )
 
 

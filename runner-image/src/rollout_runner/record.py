@@ -81,6 +81,8 @@ class TrialRecord:
     clock: Clock
     began_at: InitVar[datetime | None] = None
     """When the trial began before this record was made (a trial Pod's creation); None: now."""
+    try_number: int | None = None
+    """Which try at the trial this is (its Pod's, from 1): result.json's `rollout.tries`."""
     started_at: datetime = field(init=False)
     ended_at: datetime | None = None
     total_sec: float | None = None
@@ -203,7 +205,8 @@ class TrialRecord:
                 ended_at=self.ended_at,
             ),
             rollout=TrialAdditions(
-                failure_class=failure_class(error.type, agent_name=agent) if error else None
+                failure_class=failure_class(error.type, agent_name=agent) if error else None,
+                tries=self.try_number,
             ),
         )
 

@@ -19,9 +19,11 @@ from rollout.api.resources import AgentSpec, RolloutTrialSpec
 from rollout.api.wire.spec import (
     POD_CREATED_ENV_VAR,
     SPEC_ENV_VAR,
+    TRY_ENV_VAR,
     agent_env_var_name,
     parse_pod_created_at,
     parse_spec,
+    parse_try,
 )
 
 
@@ -72,6 +74,16 @@ def load_pod_created_at(environ: Mapping[str, str]) -> datetime | None:
     if not text.strip():
         return None
     return parse_pod_created_at(text)
+
+
+def load_try(environ: Mapping[str, str]) -> int | None:
+    """Which try at the trial the runner's Pod is, from `ROLLOUT_TRY`; None when unset (unknown:
+    result.json then leaves `rollout.tries` out). A value that is not a whole number from 1 is
+    refused, naming the variable."""
+    text = environ.get(TRY_ENV_VAR, "")
+    if not text.strip():
+        return None
+    return parse_try(text)
 
 
 def resolve_agent_env(agent: AgentSpec, environ: Mapping[str, str]) -> AgentEnv:

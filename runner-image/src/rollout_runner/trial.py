@@ -91,12 +91,14 @@ async def run_trial(
     clock: Clock = SYSTEM_CLOCK,
     stop: asyncio.Event | None = None,
     began_at: datetime | None = None,
+    try_number: int | None = None,
 ) -> TrialReport:
     """Run the trial `spec` in `environment` and store its files; never raises for the trial.
 
     Setting `stop` cancels the running phase (recorded as internal_error) and goes on to
     collection, teardown and uploads. `began_at` is when the environment's setup began before
-    this call (a trial Pod's creation): the trial's timings start there (`TrialRecord`).
+    this call (a trial Pod's creation): the trial's timings start there (`TrialRecord`);
+    `try_number` is which try at the trial this is (its Pod's), None when unknown.
     """
     await asyncio.to_thread(options.work_dir.mkdir, parents=True, exist_ok=True)
     ctx = TrialContext(
@@ -107,7 +109,7 @@ async def run_trial(
         options=options,
         agent_env=agent_env,
         redactor=Redactor([*agent_env.secrets, *store.secrets()], keep=trial_names(spec, store)),
-        record=TrialRecord(clock, began_at=began_at),
+        record=TrialRecord(clock, began_at=began_at, try_number=try_number),
     )
     log.info(
         "trial %s/%s/%s/%s__%d starts",

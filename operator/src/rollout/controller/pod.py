@@ -51,9 +51,11 @@ from rollout.api.wire.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
 from rollout.api.wire.spec import (
     POD_CREATED_ENV_VAR,
     SPEC_ENV_VAR,
+    TRY_ENV_VAR,
     agent_env_var_name,
     pod_created_at_text,
     trial_spec_json,
+    try_text,
 )
 from rollout.controller.config import OperatorConfig
 from rollout.controller.kubelet_text import as_kubelet_literals
@@ -157,6 +159,7 @@ def render_trial_pod(
                 spec,
                 trial_name=name,
                 created_at=created_at,
+                try_number=retry + 1,
                 config=config,
                 credentials_secret=credentials_secret,
                 where=where,
@@ -286,12 +289,13 @@ def runner_container(
     *,
     trial_name: str,
     created_at: datetime,
+    try_number: int,
     config: OperatorConfig,
     credentials_secret: str | None,
     where: str = "RolloutTrial",
 ) -> dict[str, Any]:
-    """The runner sidecar: the trial spec, the Pod's creation time, storage settings and Secret
-    references in its env."""
+    """The runner sidecar: the trial spec, the Pod's creation time and try, storage settings and
+    Secret references in its env."""
     spec_json = trial_spec_json(spec)
     size = len(f"{SPEC_ENV_VAR}={spec_json}".encode())
     if size > MAX_ARGUMENT_BYTES:
@@ -306,6 +310,7 @@ def runner_container(
         {"name": TRIAL_NAME_ENV_VAR, "value": trial_name},
         {"name": SPEC_ENV_VAR, "value": spec_json},
         {"name": POD_CREATED_ENV_VAR, "value": pod_created_at_text(created_at)},
+        {"name": TRY_ENV_VAR, "value": try_text(try_number)},
     ]
     env += [{"name": key, "value": value} for key, value in location_env(spec.storage).items()]
     mounts: list[dict[str, Any]] = [

@@ -16,6 +16,10 @@ before the runner starts: scheduling, the image pull, the container start. So th
 `2025-01-15T10:30:00.123456Z`) and the runner reads it back with `parse_pod_created_at`. The
 variable is optional: a runner started without it (by hand, or by an operator that predates it)
 times the trial from its own start.
+
+A trial runs again in a new Pod when its Pod is lost (an infrastructure retry); `TRY_ENV_VAR`
+says which try the runner's Pod is (1 for the first, `try_text`, `parse_try`), and the runner
+writes it as `rollout.tries` in the trial's result.json. Unset: unknown, and left out.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ AGENT_ENV_PREFIX = "ROLLOUT_AGENT_ENV_"
 
 POD_CREATED_ENV_VAR = "ROLLOUT_POD_CREATED_AT"
 """The runner container's variable holding when the operator created the trial's Pod."""
+
+TRY_ENV_VAR = "ROLLOUT_TRY"
+"""The runner container's variable holding which try at the trial its Pod is, from 1."""
 
 
 def agent_env_var_name(name: str) -> str:
@@ -95,3 +102,23 @@ def parse_pod_created_at(text: str) -> datetime:
             "operator created the trial's Pod; leave it unset when that is not known)",
         )
     return value.astimezone(UTC)
+
+
+def try_text(try_number: int) -> str:
+    """`try_number` (from 1) as `TRY_ENV_VAR` holds it."""
+    if try_number < 1:
+        raise ValueError(f"a try is numbered from 1, not {try_number}")
+    return str(try_number)
+
+
+def parse_try(text: str) -> int:
+    """The try in `TRY_ENV_VAR`; InvalidInput names the variable."""
+    value = text.strip()
+    if not value.isdigit() or int(value) < 1:
+        raise InvalidInput.one(
+            "environment",
+            TRY_ENV_VAR,
+            f"is {text!r}, not a whole number from 1 (which try at the trial this Pod is; leave "
+            "it unset when that is not known)",
+        )
+    return int(value)
