@@ -19,7 +19,9 @@ import pytest
 import yaml
 
 from kubeharness.kube import Kube
+from kubeharness.kubelet import container_env
 from paths import REPO
+from rollout.controller.prices import UnitPrices, parse_unit_prices
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +148,7 @@ async def test_the_chart_installs_and_every_object_is_accepted(
                 "credentials": {"accessKeyId": "AKIAEXAMPLEKEY", "secretAccessKey": "s3cr3t-value"},
             },
             "operator": {"peering": {"enabled": True}},
+            "unitPrices": {"cpu": 0.031, "memory": 0.004, "nvidia.com/gpu": 2.5},
         }
     # The peering object is cluster-wide too: one per test on a shared control plane.
     operator = values.setdefault("operator", {})
@@ -157,3 +160,12 @@ async def test_the_chart_installs_and_every_object_is_accepted(
     assert len(created) == len(objects)
     if scenario == "namespaced":
         assert {"Role", "RoleBinding", "KopfPeering"} <= kinds
+        # The prices reach the operator, from its Deployment as the API server stores it.
+        [rendered] = [o for o in objects if o["kind"] == "Deployment"]
+        name = rendered["metadata"]["name"]
+        stored = await kube.get("apps/v1/deployments", name, kube.namespace)
+        [operator] = stored["spec"]["template"]["spec"]["containers"]
+        env = container_env({"env": [e for e in operator["env"] if "value" in e]})
+        assert parse_unit_prices(env["ROLLOUT_UNIT_PRICES"]) == UnitPrices(
+            per_hour={"cpu": 0.031, "memory": 0.004, "nvidia.com/gpu": 2.5}
+        )

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -29,6 +30,8 @@ from kubeharness.emulator.emulated import kube_api
 from kubeharness.kube import Kube
 from kubeharness.operator_thread import OperatorCrashed, fast_settings
 from kubeharness.pod_status import terminated, waiting
+from kubeharness.real.kube import RealKube
+from kubeharness.real.plane import NODE
 from kubeharness.resources import CRDS_DIR, EVENTS, GROUP, PODS, ROLLOUT_JOBS, SECRETS, VERSION
 
 pytestmark = pytest.mark.integration
@@ -441,6 +444,50 @@ async def test_injected_errors_and_kubelet_states(demo_kube: Kube) -> None:
     assert failed_state["terminated"] == {**killed["terminated"], "reason": "Error"}
     with pytest.raises(ValueError, match="no containers"):
         await demo_kube.set_pod_status("p3", containers={"runner": terminated(0)})
+
+
+async def test_the_kubelet_sets_the_pods_start_time_once_when_it_takes_the_pod(
+    kube: Kube,
+) -> None:
+    """status.startTime is the kubelet's: set when it accepts a bound Pod, before it pulls the
+    images, and never changed after; a Pod no node took has none (the cost of a trial runs
+    from it)."""
+
+    async def make(name: str) -> None:
+        container = {"name": "environment", "image": "registry.example.test/task:1"}
+        await kube.create(PODS, {"metadata": {"name": name}, "spec": {"containers": [container]}})
+
+    await make("unschedulable")
+    unschedulable = await kube.set_pod_status(
+        "unschedulable",
+        phase="Pending",
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu.",
+            }
+        ],
+    )
+    assert "startTime" not in unschedulable["status"]
+    assert "nodeName" not in unschedulable["spec"]
+
+    await make("pulling")
+    pulling = await kube.set_pod_status(
+        "pulling", containers={"environment": waiting("ImagePullBackOff", "Back-off pulling")}
+    )
+    assert pulling["status"]["phase"] == "Pending"
+    started = pulling["status"]["startTime"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", started)  # RFC 3339, as the API writes
+    if isinstance(kube, RealKube):  # the emulator takes status for unbound Pods
+        assert pulling["spec"]["nodeName"] == NODE
+
+    earlier = "2024-05-01T12:00:00Z"  # a start long ago: a later write must not move it
+    await kube.patch_status(PODS, "pulling", {"startTime": earlier})
+    running = await kube.run_pod("pulling")
+    finished = await kube.finish_pod("pulling")
+    assert running["status"]["startTime"] == finished["status"]["startTime"] == earlier
 
 
 async def test_peering_with_kopf_peering_objects() -> None:

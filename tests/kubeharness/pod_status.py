@@ -38,8 +38,14 @@ class KubeletHelpers(abc.ABC):
         `running()`, `terminated()` or `waiting()`; containers not named keep their state
         (or are "waiting: ContainerCreating"). Without `phase`, it follows from the states as
         for `restartPolicy: Never`: all terminated with 0 -> Succeeded, all terminated -> Failed,
-        any running -> Running, else Pending. A Pod that gets running or terminated containers
-        is bound to the test's node first, as the scheduler would have done.
+        any running -> Running, else Pending.
+
+        Unless `conditions` say the Pod is not scheduled (the scheduler's word, e.g.
+        Unschedulable), this is the kubelet writing: the Pod is bound to the test's node first,
+        as the scheduler would have done, and `status.startTime` is set on the first write and
+        kept after, as the kubelet's status manager does ("RFC 3339 date and time at which the
+        object was acknowledged by the Kubelet. This is before the Kubelet pulled the container
+        image(s) for the pod.", the API reference): so a Pod waiting for its images has one.
         """
         pod = await self.get(PODS, name, namespace)
         spec_containers = [c for c in pod.get("spec", {}).get("containers", [])]
@@ -80,7 +86,7 @@ class KubeletHelpers(abc.ABC):
         scheduled = conditions is None or any(
             c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions
         )
-        if scheduled and any("waiting" not in s for s in states):
+        if scheduled:
             await self._schedule(pod)
         new_status: Body = {
             "phase": phase,
@@ -94,7 +100,7 @@ class KubeletHelpers(abc.ABC):
             "reason": reason,
             "message": message,
         }
-        if phase != "Pending" and "startTime" not in pod.get("status", {}):
+        if scheduled and not pod.get("status", {}).get("startTime"):
             new_status["startTime"] = now()
         return await self.patch_status(PODS, name, new_status, namespace)
 

@@ -29,6 +29,7 @@ from paths import REPO
 from rollout.api.crd import stale_crds
 from rollout.api.resources import PodOverrides
 from rollout.controller.config import OperatorConfig
+from rollout.controller.prices import UnitPrices
 
 CHART = REPO / "charts" / "rollout-operator"
 RELEASE = "rollout-operator"
@@ -65,6 +66,11 @@ trialPods:
   priorityClassName: batch-low
   imagePullSecrets:
     - name: regcred
+unitPrices:
+  cpu: 0.031
+  memory: 0.004
+  ephemeral-storage: 0.00001
+  nvidia.com/gpu: 2.5
 operator:
   logLevel: debug
   workerLimit: 200
@@ -600,6 +606,7 @@ def test_operator_environment_watching_the_cluster() -> None:
         "ROLLOUT_STORAGE_PATH_STYLE": "false",
         "ROLLOUT_TRIAL_SERVICE_ACCOUNT": f"{RELEASE}-trial",
         "ROLLOUT_DEFAULT_POD_OVERRIDES": "{}",
+        "ROLLOUT_UNIT_PRICES": "{}",
         "ROLLOUT_METRICS_PORT": "9090",
         "ROLLOUT_HEALTH_PORT": "8080",
         "ROLLOUT_WORKER_LIMIT": "200",
@@ -699,8 +706,17 @@ def test_the_operator_reads_the_environment_the_chart_gives_it(
         assert config.default_pod_overrides.runtime_class_name == "gvisor"
         assert config.log_level == "debug"
         assert config.worker_limit == 200
+        assert config.unit_prices == UnitPrices(
+            per_hour={
+                "cpu": 0.031,
+                "memory": 0.004,
+                "ephemeral-storage": 0.00001,
+                "nvidia.com/gpu": 2.5,
+            }
+        )
     else:
         assert config.default_pod_overrides is None
+        assert config.unit_prices is None  # no prices unless given: every cost is null
 
 
 def test_default_pod_overrides_are_what_a_rolloutjob_spec_pod_takes() -> None:
@@ -782,6 +798,9 @@ def test_image_tags_default_to_the_app_version() -> None:
             "metrics.serviceMonitor.enabled needs metrics.service.enabled",
         ),
         ({"metrics": {"port": 8080}}, "metrics.port and operator.healthPort must differ"),
+        ({"unitPrices": ["cpu", 0.03]}, "unitPrices must be a map of resource name to price"),
+        ({"unitPrices": {"cpu": -1}}, "unitPrices.cpu: -1 (float64) is not a price"),
+        ({"unitPrices": {"cpu": "0.03"}}, "unitPrices.cpu: 0.03 (string) is not a price"),
     ],
 )
 def test_bad_values_fail_with_a_message(values: dict[str, Any], message: str) -> None:

@@ -19,6 +19,7 @@ from rollout.controller.config import (
     add_arguments,
     from_args,
 )
+from rollout.controller.prices import UnitPrices
 
 MINIMAL = {"ROLLOUT_RUNNER_IMAGE": "registry.example.com/rollout-runner:0.1.0"}
 
@@ -47,6 +48,7 @@ def chart_environment(credentials_dir: Path) -> dict[str, str]:
         "ROLLOUT_HEALTH_PORT": "8181",
         "ROLLOUT_WORKER_LIMIT": "20",
         "ROLLOUT_LOG_LEVEL": "debug",
+        "ROLLOUT_UNIT_PRICES": '{"cpu":0.031,"memory":0.004,"nvidia.com/gpu":2.5}',
     }
 
 
@@ -83,6 +85,7 @@ def test_only_the_runner_image_is_required_and_the_rest_has_the_documented_defau
     assert config.image_pull_grace_sec == 120
     assert config.status_interval_sec == 2
     assert config.pod_termination_grace_sec == 10
+    assert config.unit_prices is None
 
 
 def test_what_the_chart_sets_is_read_including_its_empty_values(credentials_dir: Path) -> None:
@@ -110,6 +113,9 @@ def test_what_the_chart_sets_is_read_including_its_empty_values(credentials_dir:
     )
     assert (config.metrics_port, config.health_port, config.worker_limit) == (9191, 8181, 20)
     assert config.log_level == LogLevel.DEBUG
+    assert config.unit_prices == UnitPrices(
+        per_hour={"cpu": 0.031, "memory": 0.004, "nvidia.com/gpu": 2.5}
+    )
     assert "operator-secret-value" not in repr(config)
 
 
@@ -154,6 +160,43 @@ def test_empty_pod_overrides_are_none() -> None:
     )
     assert pull.default_pod_overrides is not None
     assert pull.default_pod_overrides.image_pull_secrets == [LocalObjectReference(name="r")]
+
+
+def test_empty_unit_prices_are_none() -> None:
+    # The chart renders `unitPrices: {}` as "{}": no prices, so trials have no cost.
+    assert OperatorConfig.from_env({**MINIMAL, "ROLLOUT_UNIT_PRICES": "{}"}).unit_prices is None
+    assert OperatorConfig.from_env({**MINIMAL, "ROLLOUT_UNIT_PRICES": ""}).unit_prices is None
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("cpu=0.03", "is not JSON"),
+        ('{"cpu": NaN}', "is not JSON: NaN is not a number JSON allows"),
+        ("[0.03]", "must be a JSON object of resource name to price per unit-hour"),
+        ('{"cpu": -0.5}', "the price of 'cpu' (core-hour) is -0.5: it must be a finite number"),
+        ('{"cpu": "0.03"}', "the price of 'cpu' (core-hour) is \"0.03\": it must be a number"),
+        ('{"memory": true}', "the price of 'memory' (GiB-hour) is true: it must be a number"),
+        ('{"cpu": 1e999}', "the price of 'cpu' (core-hour) is inf: it must be a finite number"),
+        ('{"cpus": 0.03}', "'cpus' is not a Kubernetes resource name (a container requests cpu"),
+        ('{"NVIDIA.com/gpu": 2}', "'NVIDIA.com/gpu' is not a Kubernetes resource name"),
+    ],
+)
+def test_bad_unit_prices_are_named_by_their_variable(text: str, words: str) -> None:
+    (problem,) = problems_of({**MINIMAL, "ROLLOUT_UNIT_PRICES": text})
+    assert (problem.file, problem.field) == (ENVIRONMENT, "ROLLOUT_UNIT_PRICES")
+    assert words in problem.message
+
+
+def test_every_bad_unit_price_is_reported_at_once() -> None:
+    (problem,) = problems_of(
+        {**MINIMAL, "ROLLOUT_UNIT_PRICES": '{"cpu": -1, "gpu": 2, "memory": 0.004}'}
+    )
+    assert problem.message == (
+        "the price of 'cpu' (core-hour) is -1: it must be a finite number, 0 or more; "
+        "'gpu' is not a Kubernetes resource name (a container requests cpu, memory, "
+        "ephemeral-storage, hugepages-<size>, or a resource with a domain such as nvidia.com/gpu)"
+    )
 
 
 def test_a_missing_runner_image_is_named() -> None:
@@ -268,6 +311,8 @@ def test_flags_win_over_variables_and_unset_flags_leave_them() -> None:
             "flag-bucket",
             "--image-pull-grace-sec",
             "1",
+            "--unit-prices",
+            '{"cpu": 0.05}',
         ]
     )
     environ = {
@@ -286,12 +331,16 @@ def test_flags_win_over_variables_and_unset_flags_leave_them() -> None:
     assert config.storage is not None
     assert (config.storage.bucket, config.storage.prefix) == ("flag-bucket", "env-prefix")
     assert config.image_pull_grace_sec == 1
+    assert config.unit_prices == UnitPrices(per_hour={"cpu": 0.05})
     assert config.runner_image == MINIMAL["ROLLOUT_RUNNER_IMAGE"]
 
 
 def test_a_bad_flag_is_named_as_a_flag_and_a_bad_variable_as_a_variable() -> None:
     args = parse(
-        ["--metrics-port", "x", "--storage-path-style", "sometimes", "--worker-limit", "0"]
+        [
+            *("--metrics-port", "x", "--storage-path-style", "sometimes"),
+            *("--worker-limit", "0", "--unit-prices", '{"cpu": -1}'),
+        ]
     )
     with pytest.raises(InvalidInput) as caught:
         from_args(args, {**MINIMAL, "ROLLOUT_LOG_LEVEL": "loud", "ROLLOUT_STORAGE_BUCKET": "b"})
@@ -300,6 +349,7 @@ def test_a_bad_flag_is_named_as_a_flag_and_a_bad_variable_as_a_variable() -> Non
         (COMMAND_LINE, "--metrics-port"),
         (COMMAND_LINE, "--storage-path-style"),
         (COMMAND_LINE, "--worker-limit"),
+        (COMMAND_LINE, "--unit-prices"),
         (ENVIRONMENT, "ROLLOUT_LOG_LEVEL"),
     }
 
@@ -314,6 +364,6 @@ def test_every_variable_has_a_flag_and_the_help_names_the_variable() -> None:
     add_arguments(parser)
     text = parser.format_help()
     variables = [s.variable for s in SETTINGS]
-    assert len(variables) == len(set(variables)) == 22
+    assert len(variables) == len(set(variables)) == 23
     for variable in variables:
         assert f"${variable}" in text

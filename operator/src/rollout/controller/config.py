@@ -27,6 +27,7 @@ from rollout.controller.options import (
     SETTINGS,
     PullPolicy,
 )
+from rollout.controller.prices import UnitPrices
 from rollout.settings import COMMAND_LINE, ENVIRONMENT, RUNNER_IMAGE, Resolved, resolve
 from rollout.storage import StorageCredentials
 from rollout.storage.settings import (
@@ -129,6 +130,11 @@ class OperatorConfig(BaseModel):
     )
     pod_termination_grace_sec: int = Field(
         10, ge=0, description="terminationGracePeriodSeconds of trial Pods."
+    )
+    unit_prices: UnitPrices | None = Field(
+        None,
+        description="The price of one unit of each resource for one hour, which gives each "
+        "trial a cost (`rollout.controller.cost`); None: no prices, every cost is null.",
     )
 
     @model_validator(mode="before")

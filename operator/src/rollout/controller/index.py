@@ -6,8 +6,9 @@ other handler or daemon starts. A restarted operator therefore sees every trial 
 it decides which trials to create, so it neither duplicates nor loses one.
 
 The values are small and plain (frozen dataclasses of strings and numbers), so that 100,000 trials
-fit in memory; a Pod keeps only what `podstatus.classify_pod` reads (its status, a few metadata
-fields and its containers' names, images and resources), not its spec with the inline shim.
+fit in memory; a Pod keeps only what `podstatus.classify_pod` and `cost.pod_cost` read (its
+status, a few metadata fields, its containers' names, images and resources, and its overhead),
+not its spec with the inline shim.
 
 Keys:
 - trials by the uid of the RolloutJob that owns them (a job deleted and created again under the
@@ -239,18 +240,22 @@ _KEPT_METADATA_FIELDS = (
 
 
 def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a Pod that `classify_pod` reads: no env, no shim script, no volumes."""
+    """The parts of a Pod that `classify_pod` and `cost.pod_cost` read: no env, no shim script,
+    no volumes."""
     metadata = body.get("metadata") or {}
     containers = (body.get("spec") or {}).get("containers") or []
+    spec: dict[str, Any] = {
+        "containers": [
+            {k: c[k] for k in _KEPT_CONTAINER_FIELDS if k in c}
+            for c in containers
+            if isinstance(c, Mapping)
+        ]
+    }
+    if overhead := (body.get("spec") or {}).get("overhead"):
+        spec["overhead"] = overhead  # a RuntimeClass's share of the node: part of the Pod's cost
     return {
         "metadata": {k: metadata[k] for k in _KEPT_METADATA_FIELDS if k in metadata},
-        "spec": {
-            "containers": [
-                {k: c[k] for k in _KEPT_CONTAINER_FIELDS if k in c}
-                for c in containers
-                if isinstance(c, Mapping)
-            ]
-        },
+        "spec": spec,
         "status": dict(body.get("status") or {}),
     }
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from rollout.api.job_settings import LogLevel
 from rollout.api.resources import PodOverrides
+from rollout.controller.prices import parse_unit_prices
 from rollout.settings import RUNNER_IMAGE, Setting, boolean, comma_list, seconds, whole_number
 from rollout.storage.settings import (
     BUCKET,
@@ -196,6 +197,17 @@ OPERATOR_SETTINGS: tuple[Setting, ...] = (
         "terminationGracePeriodSeconds of trial Pods (default: 10)",
         whole_number,
         "SECONDS",
+    ),
+    Setting(
+        "unit_prices",
+        "ROLLOUT_UNIT_PRICES",
+        "--unit-prices",
+        "JSON object of the price of one unit of a resource for one hour, by resource name: "
+        "cpu per core, memory and ephemeral-storage per GiB, others (nvidia.com/gpu) per device, "
+        'e.g. \'{"cpu": 0.031, "memory": 0.004}\'; trials then have a cost (default: none, '
+        "cost null)",
+        parse_unit_prices,
+        "JSON",
     ),
 )
 """The settings of `OperatorConfig`'s own fields, each named as its field."""

@@ -19,9 +19,9 @@ termination message), in this order of precedence:
 Messages say what happened in the user's words and quote the kubelet's (or the scheduler's)
 reason and message.
 
-Why one module of a little over 400 lines: the cases above and the helpers that read each one
+Why one module of about 400 lines: the cases above and the helpers that read each one
 from the Pod are one decision in that order of precedence; split, the order would no longer
-read in one place.
+read in one place. Readers of a Pod that are not part of that decision live in `podfields`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from rollout.api.resources import TrialPhase
 from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.config import OperatorConfig
 from rollout.controller.pod import ENVIRONMENT_CONTAINER, RUNNER_CONTAINER
+from rollout.controller.podfields import container_statuses, terminated_state, timestamp
 
 # --- verdicts -------------------------------------------------------------------------------------
 
@@ -132,10 +133,10 @@ def classify_pod(pod: Mapping[str, Any], *, now: datetime, config: OperatorConfi
     if now.tzinfo is None:
         raise ValueError("classify_pod needs a timezone-aware `now`, e.g. datetime.now(UTC)")
     status: Mapping[str, Any] = pod.get("status") or {}
-    containers = _container_statuses(status)
+    containers = container_statuses(status)
     runner = containers.get(RUNNER_CONTAINER, {})
     environment = containers.get(ENVIRONMENT_CONTAINER, {})
-    runner_end = _terminated(runner)
+    runner_end = terminated_state(runner)
 
     if runner_end is not None and (finished := _finished(runner_end)) is not None:
         return finished
@@ -179,16 +180,6 @@ def pod_phase_for_status(verdict: PodVerdict) -> TrialPhase:
 # --- the steps ------------------------------------------------------------------------------------
 
 
-def _container_statuses(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    statuses = [*(status.get("containerStatuses") or [])]
-    return {s["name"]: s for s in statuses if isinstance(s, Mapping) and "name" in s}
-
-
-def _terminated(container: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    terminated = (container.get("state") or {}).get("terminated")
-    return terminated if isinstance(terminated, Mapping) else None
-
-
 def _finished(terminated: Mapping[str, Any]) -> Finished | None:
     """The runner's outcome, when its termination message parses."""
     raw = terminated.get("message")
@@ -216,7 +207,7 @@ def _lost(pod: Mapping[str, Any], status: Mapping[str, Any]) -> Lost | None:
         )
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return Lost("The trial's Pod is being deleted before the trial finished.")
-    runner_end = _terminated(_container_statuses(status).get(RUNNER_CONTAINER, {})) or {}
+    runner_end = terminated_state(container_statuses(status).get(RUNNER_CONTAINER, {})) or {}
     if runner_end.get("reason") in LOST_CONTAINER_REASONS:
         return Lost(
             "The runner container of the trial's Pod was lost"
@@ -232,7 +223,7 @@ def _deadline_exceeded(
     deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
     within = f" within its deadline of {deadline}s" if deadline else " within its deadline"
     said = _said("DeadlineExceeded", status.get("message"))
-    if _terminated(runner) is None and "running" not in (runner.get("state") or {}):
+    if terminated_state(runner) is None and "running" not in (runner.get("state") or {}):
         # The runner never ran: the Pod could not start (e.g. a Secret it mounts is missing).
         return Failed(
             ErrorType.ENVIRONMENT_START_FAILED,
@@ -250,7 +241,7 @@ def _runner_ended_without_message(
 ) -> Failed:
     code = runner_end.get("exitCode")
     runner_said = _said(runner_end.get("reason"), None)
-    environment_end = _terminated(environment)
+    environment_end = terminated_state(environment)
     if (
         environment_end is not None
         and environment_end.get("exitCode", 0) != 0
@@ -322,7 +313,7 @@ def _unschedulable(
         return None
     if scheduled.get("reason") != "Unschedulable":
         return None
-    since = _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+    since = timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
     waited = _seconds_since(since, now)
     if waited < config.unschedulable_grace_sec:
         return None
@@ -364,17 +355,6 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None
     return None
 
 
-def _timestamp(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
 def _seconds_since(since: datetime | None, now: datetime) -> float:
     """Seconds from `since` to `now`; 0 when the Pod does not say when (it then keeps waiting)."""
     if since is None or since.tzinfo is None:
@@ -388,15 +368,15 @@ def _pull_start(pod: Mapping[str, Any], status: Mapping[str, Any]) -> datetime |
     if (
         scheduled is not None
         and scheduled.get("status") == "True"
-        and (at := _timestamp(scheduled.get("lastTransitionTime"))) is not None
+        and (at := timestamp(scheduled.get("lastTransitionTime"))) is not None
     ):
         return at
-    return _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+    return timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _ended_first(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
     """Whether container end `first` came no later than `second` (True when either is unknown)."""
-    a, b = _timestamp(first.get("finishedAt")), _timestamp(second.get("finishedAt"))
+    a, b = timestamp(first.get("finishedAt")), timestamp(second.get("finishedAt"))
     return a is None or b is None or a <= b
 
 
