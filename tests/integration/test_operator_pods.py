@@ -7,6 +7,7 @@ and a retried trial keeps its earlier tries' files under retries/<k>/."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,14 @@ from operator_kit import (
 from s3_kit import S3Settings
 
 from kubeharness.kube import Kube
-from kubeharness.pod_status import waiting
+from kubeharness.pod_status import terminated, waiting
 from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api import layout
 from rollout.api.layout import job_result_key
-from rollout.api.results import TrialResult
+from rollout.api.results import JobResult, TrialResult
 from rollout.api.trials import child_name, trial_resource_name
+from rollout.controller.cost import pod_requests
+from rollout.controller.prices import UnitPrices
 from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration
@@ -229,6 +232,41 @@ async def test_the_operators_records_are_downloaded_like_any_other(
         trial_prefix("fetched") + "result.json"
     )
     assert (out / "fetched" / "result.json").is_file()
+
+
+async def test_a_trials_cost_is_in_its_status_its_record_and_the_jobs_totals(
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    # One unit per core-hour: the trial Pod asks for the task's 1 core and the runner's 50m.
+    config = operator_config(s3_settings, unit_prices=UnitPrices(per_hour={"cpu": 1.0}))
+    prefix = trial_prefix("priced")
+    async with kube.operator(memo=operator_memo(kube, config)):
+        pod = await start_job(kube, store, tmp_path, "priced")
+        running = await kube.run_pod(pod)
+        started = running["status"]["startTime"]
+        requested = pod_requests(running)["cpu"]
+        # The runner wrote its result.json (without a cost: it cannot know one) and ends an
+        # hour after the kubelet took its Pod.
+        runner_record = TrialResult(
+            task_name="only", dataset_name="one", agent_name="oracle", attempt=1, reward=1.0
+        )
+        store.put_bytes(prefix + "result.json", runner_record.to_json().encode())
+        hour_later = datetime.fromisoformat(started) + timedelta(hours=1)
+        ended = terminated(message=runner_message(1.0))
+        ended["terminated"]["finishedAt"] = hour_later.isoformat().replace("+00:00", "Z")
+        await kube.set_pod_status(pod, containers={"runner": ended, "environment": terminated()})
+        status = await kube.wait_for(
+            lambda: trial_status(kube, trial_name("priced"), "Succeeded"), what="Succeeded"
+        )
+        job = await kube.wait_for(lambda: _job_phase(kube, "priced", "Completed"))
+    assert status["cost"] == float(requested)  # cores x 1 hour x 1 per core-hour
+    record = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
+    assert record.cost == status["cost"]
+    assert record.reward == 1.0  # the rest of the runner's record is kept
+    assert job["status"]["totalCost"] == status["cost"]
+    result = JobResult.from_json(store.get_bytes(job_result_key("", "priced")))
+    assert result.total_cost == status["cost"]
+    assert result.agents["oracle"].total_cost == status["cost"]
 
 
 async def test_a_record_already_in_storage_is_kept(

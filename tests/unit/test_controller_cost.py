@@ -83,7 +83,7 @@ def terminated(name: str, image: str, finished: datetime, message: str = "") -> 
 def finished_pod() -> dict[str, Any]:
     """The operator's trial Pod as the API returns it once the trial ran: scheduled, started by
     the kubelet at STARTED, both containers terminated (the runner at RUNNER_ENDED)."""
-    pod = render_trial_pod(TRIAL, config=CONFIG, pod_name="t")
+    pod = render_trial_pod(TRIAL, config=CONFIG, pod_name="t", created_at=CREATED)
     pod["metadata"].update(uid="pod-uid", resourceVersion="812", creationTimestamp=ts(CREATED))
     pod["spec"]["nodeName"] = "worker-3"
     pod["status"] = {

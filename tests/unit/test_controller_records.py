@@ -1,5 +1,6 @@
 """The records the operator writes for trials whose runner could not (`controller.records`), as
-`trials.act` decides them, and what a lost try leaves to keep (`KeepTry`)."""
+`trials.act` decides them, what a lost try leaves to keep (`KeepTry`), and a trial's cost in its
+status and its record."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from rollout.api.results import TrialResult
 from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.index import PodEntry, TrialEntry
 from rollout.controller.podstatus import Failed, Finished, Lost
-from rollout.controller.records import OLD_RUNNER_MARGIN_SEC, WRITTEN_BY_OPERATOR, TrialPlace
+from rollout.controller.prices import UnitPrices
+from rollout.controller.records import (
+    OLD_RUNNER_MARGIN_SEC,
+    WRITTEN_BY_OPERATOR,
+    RecordCost,
+    TrialPlace,
+)
 from rollout.controller.trials import DeletePod, Nothing, PatchStatus, RetryPod, TrialAction, act
 
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
@@ -38,8 +45,10 @@ def pod(
         "containerStatuses": statuses}})  # fmt: skip
 
 
-def step(trial: TrialEntry, found: PodEntry | None, verdict: Any, **kw: Any) -> TrialAction:
-    return act(trial, found, verdict, now=NOW, place=PLACE, max_infra_retries=2, **kw)
+def step(
+    trial: TrialEntry, found: PodEntry | None, verdict: Any, prices: UnitPrices | None = None
+) -> TrialAction:
+    return act(trial, found, verdict, now=NOW, place=PLACE, prices=prices, max_infra_retries=2)
 
 
 def finished(action: TrialAction) -> PatchStatus:
@@ -178,3 +187,72 @@ def test_the_next_try_waits_for_the_lost_runner_to_stop_writing() -> None:
     # A runner that stopped has written what it will.
     stopped = pod(runner={"terminated": {"exitCode": 143}}, deleted_at=NOW)
     assert isinstance(step(TRIAL, stopped, Lost("Deleted.")), RetryPod)
+
+
+# --- cost -----------------------------------------------------------------------------------------
+
+PRICES = UnitPrices(per_hour={"cpu": 1.0})
+"""One unit of currency per core-hour, nothing else priced: costs are easy to check by hand."""
+
+
+def priced_pod(*, started: datetime | None, runner: dict[str, Any], cpus: str = "2") -> PodEntry:
+    """A trial Pod as the index keeps it: 2 cores for the task, 50m for the runner."""
+    body: dict[str, Any] = {
+        "metadata": {"name": "t1", "creationTimestamp": "2025-01-15T10:29:00Z"},
+        "spec": {"containers": [
+            {"name": "environment", "resources": {"requests": {"cpu": cpus}}},
+            {"name": "runner", "resources": {"requests": {"cpu": "50m"}}},
+        ]},
+        "status": {"containerStatuses": [{"name": "runner", "state": runner}]},
+    }  # fmt: skip
+    if started is not None:
+        body["status"]["startTime"] = started.isoformat().replace("+00:00", "Z")
+    return PodEntry("ns", "t1", "pod-uid", "t1", body)
+
+
+def test_a_runner_record_gets_the_cost_of_its_pod_from_its_start_to_the_runners_end() -> None:
+    started = NOW - timedelta(hours=2)
+    ended = NOW - timedelta(hours=1)  # the runner ended an hour ago; the operator looks now
+    runner = {"terminated": {"exitCode": 0, "finishedAt": ended.isoformat()}}
+    message = TerminationMessage.model_validate({"reward": 1.0, "upload_error": None})
+    found = priced_pod(started=started, runner=runner)
+    action = finished(step(TRIAL, found, Finished(message, "{}"), PRICES))
+    assert action.status["cost"] == 2.05  # 2.05 cores for one hour
+    assert action.record is None  # the runner wrote result.json: the operator sets its cost
+    assert action.cost == RecordCost(PLACE.storage, PREFIX + "result.json", 2.05)
+    # No prices, no cost, nothing to write.
+    unpriced = finished(step(TRIAL, found, Finished(message, "{}")))
+    assert "cost" not in unpriced.status
+    assert unpriced.cost is None
+
+
+def test_an_operator_record_has_the_cost_too_and_a_pod_never_started_cost_nothing() -> None:
+    pulling = priced_pod(started=NOW - timedelta(minutes=30), runner={"waiting": {}})
+    failure = Failed(ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED, "no such image")
+    action = finished(step(TRIAL, pulling, failure, PRICES))
+    assert action.status["cost"] == 1.025  # held its node for half an hour while pulling
+    assert action.record is not None
+    assert action.record.result.cost == 1.025
+    assert action.cost is None  # the record carries it
+    unscheduled = priced_pod(started=None, runner={"waiting": {}})
+    nowhere = Failed(ErrorType.ENVIRONMENT_RESOURCE_ALLOCATION_FAILED, "0/3 nodes are available")
+    action = finished(step(TRIAL, unscheduled, nowhere, PRICES))
+    assert action.status["cost"] == 0.0
+    assert action.record is not None
+    assert action.record.result.cost == 0.0
+
+
+def test_a_retried_trial_costs_its_lost_tries_too() -> None:
+    evicted = priced_pod(started=NOW - timedelta(hours=1), runner={"terminated": {"exitCode": 137}})
+    retry = step(TRIAL, evicted, Lost("Evicted."), PRICES)
+    assert isinstance(retry, RetryPod)
+    assert retry.status["cost"] == 2.05
+    # The status keeps it; the next try adds its own.
+    second = replace(TRIAL, infra_retries=1, pod_name="t1-r1", cost=2.05)
+    runner = {"terminated": {"exitCode": 0, "finishedAt": NOW.isoformat()}}
+    message = TerminationMessage.model_validate({"reward": 0.0})
+    action = finished(
+        step(second, priced_pod(started=NOW - timedelta(hours=1), runner=runner),
+             Finished(message, "{}"), PRICES)
+    )  # fmt: skip
+    assert action.status["cost"] == 4.1

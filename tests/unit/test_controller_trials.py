@@ -37,6 +37,8 @@ NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
 CONFIG = OperatorConfig(runner_image="runner:1")
 STORAGE = StorageSpec(bucket="b", prefix="p")
 PLACE = TrialPlace(STORAGE, "My Job")
+ACT: dict[str, Any] = {"now": NOW, "place": PLACE, "prices": None, "max_infra_retries": 2}
+"""How the tests call `act`: no prices (costs are `test_controller_records`'s)."""
 
 
 def job(**spec: Any) -> RolloutJob:
@@ -167,7 +169,13 @@ def test_a_missing_pod_of_a_running_trial_was_lost() -> None:
 def test_lost_pods_are_retried_up_to_the_limit_then_internal_error() -> None:
     tired = replace(TRIAL, infra_retries=2, pod_name="t1-r2", phase=TrialPhase.RUNNING)
     action = act(
-        tired, pod(name="t1-r2"), Lost("Evicted."), now=NOW, place=PLACE, max_infra_retries=2
+        tired,
+        pod(name="t1-r2"),
+        Lost("Evicted."),
+        now=NOW,
+        place=PLACE,
+        prices=None,
+        max_infra_retries=2,
     )
     assert isinstance(action, PatchStatus)
     assert action.final
@@ -179,15 +187,21 @@ def test_lost_pods_are_retried_up_to_the_limit_then_internal_error() -> None:
 
 
 def test_a_running_pod_marks_the_trial_running_once() -> None:
-    action = act(TRIAL, pod(), Running(), now=NOW, place=PLACE, max_infra_retries=2)
+    action = act(TRIAL, pod(), Running(), **ACT)
     assert isinstance(action, PatchStatus)
     assert action.status["phase"] == "Running"
     assert action.status["podName"] == "t1"
     assert not action.final
     running = replace(TRIAL, phase=TrialPhase.RUNNING)
-    assert act(running, pod(), Running(), now=NOW, place=PLACE, max_infra_retries=2) == Nothing()
+    assert act(running, pod(), Running(), **ACT) == Nothing()
     assert act(
-        TRIAL, pod(), Waiting("ContainerCreating"), now=NOW, place=PLACE, max_infra_retries=2
+        TRIAL,
+        pod(),
+        Waiting("ContainerCreating"),
+        now=NOW,
+        place=PLACE,
+        prices=None,
+        max_infra_retries=2,
     ) == Nothing(waiting=True)
 
 
@@ -243,7 +257,15 @@ def test_an_error_that_kept_the_reward_fails_the_trial() -> None:
     message = TerminationMessage.model_validate(
         {"reward": None, "error": {"type": "verifier_timeout", "message": "too slow"}}
     )
-    action = act(TRIAL, pod(), Finished(message, "{}"), now=NOW, place=PLACE, max_infra_retries=2)
+    action = act(
+        TRIAL,
+        pod(),
+        Finished(message, "{}"),
+        now=NOW,
+        place=PLACE,
+        prices=None,
+        max_infra_retries=2,
+    )
     assert isinstance(action, PatchStatus)
     assert action.status["phase"] == "Failed"
     assert action.status["conditions"][0]["message"] == "verifier_timeout: too slow"
@@ -251,7 +273,7 @@ def test_an_error_that_kept_the_reward_fails_the_trial() -> None:
 
 def test_a_pod_failure_is_the_trials_error_and_preserve_env_keeps_the_pod() -> None:
     failure = Failed(ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED, "no such image")
-    action = act(TRIAL, pod(), failure, now=NOW, place=PLACE, max_infra_retries=2)
+    action = act(TRIAL, pod(), failure, **ACT)
     assert isinstance(action, PatchStatus)
     assert action.status["error"] == {
         "type": "environment_image_pull_failed",
@@ -261,7 +283,13 @@ def test_a_pod_failure_is_the_trials_error_and_preserve_env_keeps_the_pod() -> N
     assert action.status["failureClass"] == "infrastructure"
     assert action.delete_pod == "t1"
     kept = act(
-        replace(TRIAL, preserve_env=True), pod(), failure, now=NOW, place=PLACE, max_infra_retries=2
+        replace(TRIAL, preserve_env=True),
+        pod(),
+        failure,
+        now=NOW,
+        place=PLACE,
+        prices=None,
+        max_infra_retries=2,
     )
     assert isinstance(kept, PatchStatus)
     assert kept.delete_pod is None

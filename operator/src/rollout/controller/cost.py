@@ -94,6 +94,23 @@ def pod_end(pod: Mapping[str, Any], *, now: datetime) -> datetime:
     return runner_finished_at(pod) or now
 
 
+def trial_cost(
+    earlier: float | None,
+    pod: Mapping[str, Any] | None,
+    prices: UnitPrices | None,
+    *,
+    now: datetime,
+) -> float | None:
+    """A trial's cost so far: its earlier tries' (`earlier`, as its status keeps it) and its
+    current Pod's, to the runner's end or `now`. None without prices; a Pod the operator never
+    saw (gone before its watch showed it) adds nothing, as nothing is known of it."""
+    if prices is None:
+        return None
+    this = pod_cost(pod, prices, ended_at=pod_end(pod, now=now)) if pod is not None else None
+    total = Decimal(repr(earlier or 0.0)) + Decimal(repr(this or 0.0))
+    return float(total.quantize(COST_DECIMALS, rounding=ROUND_HALF_EVEN))
+
+
 # --- helpers --------------------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from rollout.api.errors import ErrorType
 from rollout.api.failures import FailureClass
 from rollout.api.resources import LABEL_TRIAL, RolloutJob, RolloutTrial, TrialPhase
 from rollout.api.trials import TrialKey, child_name
+from rollout.controller.podfields import timestamp
 
 FINISHED_PHASES = frozenset({TrialPhase.SUCCEEDED, TrialPhase.FAILED})
 
@@ -168,19 +169,6 @@ def _error_type(status: Mapping[str, Any]) -> ErrorType | None:
         return ErrorType.INTERNAL_ERROR  # an error of a type we do not know is still an error
 
 
-def api_time(value: Any) -> datetime | None:
-    """A timestamp as the API writes it (RFC 3339, `...Z`), None when absent or unreadable."""
-    if isinstance(value, datetime):
-        return value
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
 def _failure_class(status: Mapping[str, Any]) -> FailureClass | None:
     # Absent (a status of the previous version) or unknown: the table decides, from the error.
     try:
@@ -216,9 +204,14 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
         pod_name=str(status["podName"]) if status.get("podName") else None,
         infra_retries=retries if isinstance(retries, int) and retries >= 0 else 0,
         deleting=bool(metadata.get("deletionTimestamp")),
-        created_at=api_time(metadata.get("creationTimestamp")),
+        created_at=timestamp(metadata.get("creationTimestamp")),
         result_uri=str(status["resultUri"]) if status.get("resultUri") else None,
     )
+
+
+def earlier_cost(body: Mapping[str, Any]) -> float | None:
+    """The cost a RolloutTrial's status records so far (its earlier tries'), if any."""
+    return _number((body.get("status") or {}).get("cost"))
 
 
 def index_trial(body: Mapping[str, Any]) -> dict[str, TrialEntry] | None:

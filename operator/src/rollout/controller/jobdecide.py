@@ -38,11 +38,13 @@ from rollout.api.failures import BUILD_NOT_RUN
 from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec, TrialPhase
 from rollout.api.results import JobResult
 from rollout.controller.config import OperatorConfig
+from rollout.controller.cost import trial_cost
 from rollout.controller.finish import job_result
 from rollout.controller.gauges import TrialGauges, trial_gauges
 from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
 from rollout.controller.jobspec import Invalid, JobSpec, Planned, StorageUnavailable, Unplanned
 from rollout.controller.planner import PlannedTrial, all_finished, next_to_create, unfinished_count
+from rollout.controller.prices import UnitPrices
 from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.status import (
     invalid_status,
@@ -275,7 +277,7 @@ CANCELLED = (
 
 
 def cancelled_records(
-    spec: JobSpec, trials: Mapping[str, TrialEntry], now: datetime
+    spec: JobSpec, trials: Mapping[str, TrialEntry], now: datetime, prices: UnitPrices | None
 ) -> list[OperatorRecord]:
     """The records of a deleted job's trials that no runner will write: those whose runner has
     not started (a running runner is stopped with its Pod and writes its own)."""
@@ -292,6 +294,7 @@ def cancelled_records(
             ErrorType.INTERNAL_ERROR,
             CANCELLED,
             now,
+            cost=trial_cost(trial.cost, None, prices, now=now),
             tries=trial.tries,
             created_at=trial.created_at,
         )
@@ -402,11 +405,18 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
         runner_image=job.spec.runner_image or config.runner_image,
     )
     place = TrialPlace(planned.storage, job.job_name)
-    return [CreateTrial(trial, new, _build_failed(view, job, place, trial)) for trial in chosen]
+    return [
+        CreateTrial(trial, new, _build_failed(view, job, place, trial, config.unit_prices))
+        for trial in chosen
+    ]
 
 
 def _build_failed(
-    view: JobView, job: RolloutJob, place: TrialPlace, trial: PlannedTrial
+    view: JobView,
+    job: RolloutJob,
+    place: TrialPlace,
+    trial: PlannedTrial,
+    prices: UnitPrices | None,
 ) -> PatchStatus | None:
     """The failure of a new trial whose image would need a build (None: it needs none)."""
     message = image_build_message(
@@ -421,6 +431,7 @@ def _build_failed(
         ErrorType.ENVIRONMENT_BUILD_FAILED,
         message,
         view.now,
+        cost=trial_cost(None, None, prices, now=view.now),  # nothing ran: 0 with prices
         class_override=BUILD_NOT_RUN,
     )
 

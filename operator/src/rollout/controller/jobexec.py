@@ -31,9 +31,10 @@ from typing import Any
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.resources import JobConditionReason, RolloutJob
 from rollout.api.trials import TrialKey
+from rollout.controller.cost import trial_cost
 from rollout.controller.datasets import DatasetProblem
 from rollout.controller.finish import write_job_files
-from rollout.controller.index import TrialEntry, api_time
+from rollout.controller.index import TrialEntry, earlier_cost
 from rollout.controller.jobconfig import write_job_config
 from rollout.controller.jobdecide import (
     CreateTrial,
@@ -50,12 +51,13 @@ from rollout.controller.jobdecide import (
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, check_job, plan_trials
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pod import render_trial_pod
+from rollout.controller.podfields import timestamp
 from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.runtime import Runtime
 from rollout.controller.status import status_patch
-from rollout.controller.trial_files import keep_try, write_record
+from rollout.controller.trial_files import keep_try, set_cost, write_record
 from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod, fail_trial
-from rollout.storage import StorageError
+from rollout.storage import ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -167,27 +169,34 @@ class JobExecutor:
     # --- trials' files in storage
 
     async def _write_records(self, actions: list[JobAction]) -> None:
-        """Write the records of the trials these actions finish without their runner's."""
-        await self.write_records(
-            [
-                action.action.record
-                for action in actions
-                if isinstance(action, TrialStep)
-                and isinstance(action.action, PatchStatus)
-                and action.action.record is not None
-            ]
+        """Write what storage must have before these actions' status patches: the records of
+        the trials they finish without their runner's, and the cost in their runners'."""
+        steps = [
+            action.action
+            for action in actions
+            if isinstance(action, TrialStep) and isinstance(action.action, PatchStatus)
+        ]
+        await self.write_records([step.record for step in steps if step.record is not None])
+        costs = [step.cost for step in steps if step.cost is not None]
+        await self._in_threads(
+            [(self.runtime.stores.for_spec(cost.storage), set_cost, cost) for cost in costs]
         )
 
     async def write_records(self, records: list[OperatorRecord]) -> None:
         """Write trials' records, a few at a time (each is a HEAD and a conditional PUT or two)."""
+        await self._in_threads(
+            [(self.runtime.stores.for_spec(r.storage), write_record, r) for r in records]
+        )
+
+    async def _in_threads(self, calls: list[tuple[ObjectStore, Callable[..., Any], Any]]) -> None:
+        """`fn(store, item)` for each call, `RECORD_WRITERS` at a time (boto3 blocks)."""
         limit = asyncio.Semaphore(RECORD_WRITERS)
 
-        async def write(record: OperatorRecord) -> None:
+        async def one(store: ObjectStore, fn: Callable[..., Any], item: Any) -> None:
             async with limit:
-                store = self.runtime.stores.for_spec(record.storage)
-                await asyncio.to_thread(write_record, store, record)
+                await asyncio.to_thread(fn, store, item)
 
-        await asyncio.gather(*(write(record) for record in records))
+        await asyncio.gather(*(one(*call) for call in calls))
 
     async def _write_record(self, record: OperatorRecord | None) -> None:
         if record is not None:
@@ -273,7 +282,8 @@ class JobExecutor:
                 f"The trial's Pod cannot be made: {err}",
                 now,
                 tries=retry + 1,
-                created_at=api_time(trial["metadata"].get("creationTimestamp")),
+                created_at=timestamp(trial["metadata"].get("creationTimestamp")),
+                cost=trial_cost(earlier_cost(trial), None, config.unit_prices, now=now),
             )
             await self._write_record(failed.record)
             return await self._finish(str(trial["metadata"]["name"]), failed)

@@ -176,7 +176,8 @@ class JobReconciler:
         if spec is None:
             return
         trials = self.writes.trials(self.trials_index.get(self.uid, ()))
-        records = cancelled_records(spec, trials, datetime.now(UTC))
+        prices = self.runtime.config.unit_prices
+        records = cancelled_records(spec, trials, datetime.now(UTC), prices)
         if not records:
             return
         try:

@@ -25,13 +25,13 @@ def terminated_state(container: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def timestamp(value: Any) -> datetime | None:
-    """An API timestamp (RFC 3339, `2024-05-01T12:00:00Z`) as a datetime; None when absent or
-    unreadable."""
-    if isinstance(value, datetime):
-        return value
-    if not isinstance(value, str):
+    """An API timestamp (RFC 3339, `2024-05-01T12:00:00Z`) as a timezone-aware datetime; None when
+    absent or unreadable (the API always gives the zone: a time without one is not its)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
         return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
+    return value

@@ -28,8 +28,8 @@ from rollout.api.resources import StorageSpec
 from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
 from rollout.api.trials import TrialKey
 from rollout.api.wire.termination import TerminationMessage
-from rollout.controller.index import api_time
 from rollout.controller.pod import RUNNER_CONTAINER
+from rollout.controller.podfields import container_statuses, timestamp
 
 WRITTEN_BY_OPERATOR = (
     "The operator wrote this record: the trial's runner could not write one (it never ran, or "
@@ -55,9 +55,23 @@ class TrialPlace:
             trial.attempt,
         )
 
+    def result_key(self, trial: TrialKey) -> str:
+        """The key of the trial's result.json."""
+        return self.prefix(trial) + RESULT_JSON
+
     def result_uri(self, trial: TrialKey) -> str:
         """The s3:// URI of the trial's result.json."""
-        return s3_uri(self.storage.bucket, self.prefix(trial) + RESULT_JSON)
+        return s3_uri(self.storage.bucket, self.result_key(trial))
+
+
+@dataclass(frozen=True)
+class RecordCost:
+    """The cost of a trial whose runner wrote its result.json: the runner cannot know it (the
+    Pod's start on its node and the prices are the operator's), so the operator sets it there."""
+
+    storage: StorageSpec
+    result_key: str
+    cost: float
 
 
 @dataclass(frozen=True)
@@ -92,15 +106,13 @@ def pod_created_at(pod: Mapping[str, Any] | None) -> datetime | None:
     """When the Pod was created, as the API server recorded it."""
     if pod is None:
         return None
-    return api_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    return timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _runner_state(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        if isinstance(container, Mapping) and container.get("name") == RUNNER_CONTAINER:
-            state = container.get("state")
-            return state if isinstance(state, Mapping) else {}
-    return {}
+    runner = container_statuses((pod or {}).get("status") or {}).get(RUNNER_CONTAINER) or {}
+    state = runner.get("state")
+    return state if isinstance(state, Mapping) else {}
 
 
 def runner_started(pod: Mapping[str, Any] | None) -> bool:
@@ -123,7 +135,7 @@ def runner_may_still_write(pod: Mapping[str, Any], now: datetime) -> bool:
     longer answers shows as running for ever: the margin bounds the wait for it."""
     if "running" not in _runner_state(pod):
         return False
-    deletion = api_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    deletion = timestamp((pod.get("metadata") or {}).get("deletionTimestamp"))
     return deletion is None or (now - deletion).total_seconds() < OLD_RUNNER_MARGIN_SEC
 
 

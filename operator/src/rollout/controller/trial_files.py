@@ -1,5 +1,6 @@
 """What the operator writes under a trial's prefix in storage: its record when the runner could
-not write one (`records`), and the files of a lost try, kept under `retries/<k>/`.
+not write one (`records`), the trial's cost in the record its runner wrote, and the files of a
+lost try, kept under `retries/<k>/`.
 
 Blocking (boto3): the executor calls these in a thread. Both are safe to repeat, which is what
 makes them safe across operator restarts: a record is written only where storage has none
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import logging
 
+from rollout.api.errors import InvalidInput
 from rollout.api.layout import RETRIES_DIR
-from rollout.controller.records import OperatorRecord
+from rollout.api.results import TrialResult
+from rollout.controller.records import OperatorRecord, RecordCost
 from rollout.controller.trials import KeepTry
-from rollout.storage import ObjectStore
+from rollout.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,30 @@ def write_record(store: ObjectStore, record: OperatorRecord) -> bool:
     if not written:
         log.info("%s is in storage already; kept", store.uri(record.result_key))
     return written
+
+
+def set_cost(store: ObjectStore, cost: RecordCost) -> bool:
+    """Set the trial's cost in the result.json its runner wrote; True when it was changed now.
+
+    Every other byte's meaning is kept: the file is read and written back through the model,
+    which keeps the seed's key order and everything under `rollout`. A record that is missing
+    or unreadable is left alone (logged): the trial's status has the cost all the same.
+    """
+    try:
+        result = TrialResult.from_json(store.get_bytes(cost.result_key))
+    except ObjectNotFound:
+        log.warning("%s is not in storage: its cost is not written", store.uri(cost.result_key))
+        return False
+    except InvalidInput as err:
+        log.warning(
+            "%s cannot be read, its cost is not written: %s", store.uri(cost.result_key), err
+        )
+        return False
+    if result.cost == cost.cost:
+        return False
+    result.cost = cost.cost
+    store.put_bytes(cost.result_key, result.to_json().encode(), JSON)
+    return True
 
 
 def keep_try(store: ObjectStore, keep: KeepTry) -> int:

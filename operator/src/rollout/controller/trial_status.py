@@ -77,6 +77,7 @@ def failed_status(
     reason: str | None = None,
     class_override: FailureClass | None = None,
     result_uri: str | None = None,
+    cost: float | None = None,
 ) -> dict[str, Any]:
     """A trial that failed without an outcome from its runner (the Pod or the operator says why).
 
@@ -90,6 +91,7 @@ def failed_status(
             error=TrialError(type=error_type, message=message),
             failure_class=class_override or failure_class(error_type, agent_name=agent_name),
             result_uri=result_uri,
+            cost=cost,
             pod_name=pod_name,
             conditions=[
                 _condition(
@@ -105,7 +107,7 @@ def failed_status(
 
 
 def finished_status(
-    verdict: Finished, now: datetime, *, pod_name: str, agent_name: str
+    verdict: Finished, now: datetime, *, pod_name: str, agent_name: str, cost: float | None = None
 ) -> dict[str, Any]:
     """The trial's status from its runner's termination message (which it must have: a runner
     without one failed, `trials.fail_trial`)."""
@@ -136,6 +138,7 @@ def finished_status(
         RolloutTrialStatus(
             phase=phase,
             reward=message.reward,
+            cost=cost,
             error=error,
             failure_class=failure_class(error.type, agent_name=agent_name) if error else None,
             durations=message.durations,
@@ -147,13 +150,16 @@ def finished_status(
     )
 
 
-def retry_status(retries: int, new_pod: str, reason: str, now: datetime) -> dict[str, Any]:
-    """Back to Pending in a new Pod after the old one was lost."""
+def retry_status(
+    retries: int, new_pod: str, reason: str, now: datetime, *, cost: float | None = None
+) -> dict[str, Any]:
+    """Back to Pending in a new Pod after the old one was lost (`cost`: the tries' so far)."""
     return _dump(
         RolloutTrialStatus(
             phase=TrialPhase.PENDING,
             pod_name=new_pod,
             infra_retries=retries,
+            cost=cost,
             conditions=[
                 _condition(
                     TrialConditionType.POD_READY,

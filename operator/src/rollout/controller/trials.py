@@ -36,6 +36,7 @@ from rollout.api.task import TaskConfig
 from rollout.api.timeouts import effective_timeouts
 from rollout.api.trials import TrialKey, trial_labels
 from rollout.controller.config import OperatorConfig
+from rollout.controller.cost import trial_cost
 from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
 from rollout.controller.planner import PlannedTrial
 from rollout.controller.podstatus import (
@@ -48,8 +49,10 @@ from rollout.controller.podstatus import (
     classify_missing_pod,
     classify_pod,
 )
+from rollout.controller.prices import UnitPrices
 from rollout.controller.records import (
     OperatorRecord,
+    RecordCost,
     TrialPlace,
     failure_record,
     message_record,
@@ -204,7 +207,8 @@ class PatchStatus:
     """Write the trial's status; a final one may also remove the Pod.
 
     With a `record` (the runner wrote none), the trial's result.json and error.txt are written
-    first, where storage has none: the status then says where they are (`resultUri`).
+    first, where storage has none: the status then says where they are (`resultUri`). With a
+    `cost`, the runner's result.json gets the trial's cost first (the runner cannot know it).
     """
 
     status: dict[str, Any]
@@ -212,6 +216,8 @@ class PatchStatus:
     final: bool = False
     durations: Mapping[str, float | None] = field(default_factory=dict)
     record: OperatorRecord | None = None
+    cost: RecordCost | None = None
+    """The trial's cost, to be set in the result.json its runner wrote (`records.RecordCost`)."""
 
 
 @dataclass(frozen=True)
@@ -275,7 +281,15 @@ def decide(
         verdict: PodVerdict = classify_missing_pod()
     else:
         verdict = classify_pod(pod.body, now=now, config=config)
-    return act(trial, pod, verdict, now=now, place=place, max_infra_retries=max_infra_retries)
+    return act(
+        trial,
+        pod,
+        verdict,
+        now=now,
+        place=place,
+        prices=config.unit_prices,
+        max_infra_retries=max_infra_retries,
+    )
 
 
 def act(
@@ -285,12 +299,15 @@ def act(
     *,
     now: datetime,
     place: TrialPlace,
+    prices: UnitPrices | None,
     max_infra_retries: int,
 ) -> TrialAction:
-    """The action for a verdict on the trial's Pod."""
+    """The action for a verdict on the trial's Pod (`prices`: the operator's unit prices, for
+    the trial's cost)."""
     pod_name = pod.name if pod is not None else trial.current_pod_name
     removable = pod is not None and not pod.deleting
     cleanup = pod_name if removable and not trial.preserve_env else None
+    cost = trial_cost(trial.cost, pod.body if pod else None, prices, now=now)
     match verdict:
         case Waiting():
             return Nothing(waiting=True)
@@ -313,13 +330,20 @@ def act(
                     tries=trial.tries,
                     failure_class=error_class,
                     pod_name=pod_name,
+                    cost=cost,
                 )
+            status = finished_status(
+                verdict, now, pod_name=pod_name, agent_name=trial.agent, cost=cost
+            )
             return PatchStatus(
-                finished_status(verdict, now, pod_name=pod_name, agent_name=trial.agent),
+                status,
                 delete_pod=cleanup,
                 final=True,
                 durations=message.durations.model_dump(by_alias=False) if message.durations else {},
                 record=record,
+                cost=RecordCost(place.storage, place.result_key(trial.key), cost)
+                if record is None and cost is not None
+                else None,
             )
         case Finished():
             return fail_trial(
@@ -330,6 +354,7 @@ def act(
                 now,
                 tries=trial.tries,
                 created_at=trial.created_at,
+                cost=cost,
                 pod=pod,
                 pod_name=pod_name,
                 delete_pod=cleanup,
@@ -343,6 +368,7 @@ def act(
                 now,
                 tries=trial.tries,
                 created_at=trial.created_at,
+                cost=cost,
                 pod=pod,
                 pod_name=pod_name,
                 delete_pod=cleanup,
@@ -356,7 +382,7 @@ def act(
                 retry = trial.infra_retries + 1
                 new_pod = pod_name_for(trial.name, retry)
                 return RetryPod(
-                    retry_status(retry, new_pod, reason, now),
+                    retry_status(retry, new_pod, reason, now, cost=cost),
                     old_pod=pod_name if removable else None,
                     new_pod=new_pod,
                     retry=retry,
@@ -371,6 +397,7 @@ def act(
                 now,
                 tries=trial.tries,
                 created_at=trial.created_at,
+                cost=cost,
                 pod=pod,
                 pod_name=pod_name,
                 delete_pod=pod_name if removable else None,
@@ -386,6 +413,7 @@ def fail_trial(
     message: str,
     now: datetime,
     *,
+    cost: float | None,
     tries: int = 1,
     created_at: datetime | None = None,
     pod: PodEntry | None = None,
@@ -395,7 +423,8 @@ def fail_trial(
     class_override: FailureClass | None = None,
 ) -> PatchStatus:
     """The trial fails without an outcome from its runner: its final status, and the record
-    (result.json, error.txt) the operator writes for it first."""
+    (result.json, error.txt) the operator writes for it first (`cost`: what it cost, None
+    without prices)."""
     error = TrialError(type=error_type, message=message)
     error_class = class_override or failure_class(error_type, agent_name=trial.agent)
     record = failure_record(
@@ -408,6 +437,7 @@ def fail_trial(
         pod=pod.body if pod is not None else None,
         pod_name=pod_name,
         ended_at=now,
+        cost=cost,
     )
     status = failed_status(
         error_type,
@@ -418,5 +448,6 @@ def fail_trial(
         reason=reason,
         class_override=error_class,
         result_uri=record.result_uri,
+        cost=cost,
     )
     return PatchStatus(status, delete_pod=delete_pod, final=True, record=record)
