@@ -44,7 +44,14 @@ from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.planner import PlannedTrial
 from rollout.controller.records import TrialPlace
 from rollout.controller.runtime import Runtime
-from rollout.controller.trials import DeletePod, KeepTry, PatchStatus, RetryPod, fail_trial
+from rollout.controller.trials import (
+    CreatePod,
+    DeletePod,
+    KeepTry,
+    PatchStatus,
+    RetryPod,
+    fail_trial,
+)
 from rollout.storage import StorageError
 
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
@@ -238,6 +245,7 @@ async def test_a_trial_whose_image_needs_a_build_fails_with_its_record_and_no_po
         ErrorType.ENVIRONMENT_BUILD_FAILED,
         "no builder",
         NOW,
+        cost=None,
         class_override=BUILD_NOT_RUN,
     )
     await run.run([create("t1", build_failed=failed, storage=s3_settings.location)], now=NOW)
@@ -266,7 +274,20 @@ def entry(name: str) -> TrialEntry:
     return TrialEntry("ns", name, f"uid-{name}", "1", "oracle", "d", "t", 1)
 
 
-async def test_a_retry_keeps_the_lost_trys_files_then_is_recorded_before_its_new_pod(
+async def test_a_retry_is_recorded_and_the_lost_pod_deleted() -> None:
+    api = FakeApi()
+    await api.create_trial("ns", create("t1").manifest())
+    api.calls.clear()
+    run, writes, _ = executor(api)
+    retry = RetryPod({"phase": "Pending", "infraRetries": 1, "podName": "t1-r1"}, "t1", retry=1)
+    done = await run.run([TrialStep(entry("t1"), retry, PLACE)], now=NOW)
+    # The new Pod waits for a later look (until the lost one's runner can no longer upload).
+    assert api.calls == [("patch_trial_status", "t1"), ("delete_pod", "t1")]
+    assert done.trials_written
+    assert "t1" in writes.pods_deleted
+
+
+async def test_a_retrys_pod_comes_after_the_lost_trys_files_are_kept(
     s3_settings: S3Settings,
 ) -> None:
     store = s3_settings.store()
@@ -275,29 +296,21 @@ async def test_a_retry_keeps_the_lost_trys_files_then_is_recorded_before_its_new
     # kept already.
     for key in ("result.json", "logs/agent/out.txt", "retries/1/result.json"):
         store.put_bytes(prefix + key, key.encode())
-    api = FakeApi(witness=lambda: sorted(store.list_keys(prefix)))
+    moved = [prefix + k for k in ("retries/1/result.json", "retries/2/logs/agent/out.txt",
+                                  "retries/2/result.json")]  # fmt: skip
+    api = FakeApi()
     await api.create_trial("ns", create("t1", storage=s3_settings.location).manifest())
     api.calls.clear()
     run, writes, _ = executor(api, s3=s3_settings)
-    status = {"phase": "Pending", "infraRetries": 2}
-    keep = KeepTry(s3_settings.location, prefix, 2)
-    retry = RetryPod(status, old_pod="t1-r1", new_pod="t1-r2", retry=2, keep=keep)
     place = TrialPlace(s3_settings.location, "job")
-    done = await run.run([TrialStep(entry("t1"), retry, place)], now=NOW)
-    assert api.calls == [
-        ("patch_trial_status", "t1"),
-        ("delete_pod", "t1-r1"),
-        ("create_pod", "t1-r2"),
-    ]
-    moved = [prefix + k for k in ("retries/1/result.json", "retries/2/logs/agent/out.txt",
-                                  "retries/2/result.json")]  # fmt: skip
-    assert api.witnessed == [moved]  # moved before the retry was recorded
+    keep = KeepTry(s3_settings.location, prefix, 2)
+    await run.run([TrialStep(entry("t1"), CreatePod("t1-r2", 2, keep), place)], now=NOW)
+    assert api.calls == [("create_pod", "t1-r2")]
+    assert sorted(store.list_keys(prefix)) == moved
     assert store.get_bytes(prefix + "retries/2/logs/agent/out.txt") == b"logs/agent/out.txt"
-    assert done.trials_written
-    assert "t1-r1" in writes.pods_deleted
     assert "t1-r2" in writes.pods_created
-    # Again (a restart before the status patch was seen): nothing is left to move, nothing lost.
-    await run.run([TrialStep(entry("t1"), retry, place)], now=NOW)
+    # Again (a restart before the Pod was seen): nothing is left to move, nothing is lost.
+    await run.run([TrialStep(entry("t1"), CreatePod("t1-r2", 2, keep), place)], now=NOW)
     assert sorted(store.list_keys(prefix)) == moved
 
 

@@ -12,6 +12,7 @@ from rollout.api.errors import ErrorType
 from rollout.api.resources import StorageSpec, TrialPhase
 from rollout.api.results import TrialResult
 from rollout.api.wire.termination import TerminationMessage
+from rollout.controller.config import OperatorConfig
 from rollout.controller.index import PodEntry, TrialEntry
 from rollout.controller.podstatus import Failed, Finished, Lost
 from rollout.controller.prices import UnitPrices
@@ -21,7 +22,15 @@ from rollout.controller.records import (
     RecordCost,
     TrialPlace,
 )
-from rollout.controller.trials import DeletePod, Nothing, PatchStatus, RetryPod, TrialAction, act
+from rollout.controller.trials import (
+    CreatePod,
+    Nothing,
+    PatchStatus,
+    RetryPod,
+    TrialAction,
+    act,
+    decide,
+)
 
 NOW = datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
 PLACE = TrialPlace(StorageSpec(bucket="b", prefix="p"), "my-job")
@@ -163,30 +172,57 @@ def test_a_trial_lost_too_often_is_recorded_with_its_tries() -> None:
     assert record.result.durations.total_sec == 90.0
 
 
-def test_a_lost_try_is_kept_under_retries_before_the_next() -> None:
-    action = step(replace(TRIAL, phase=TrialPhase.RUNNING), None, Lost("Gone."))
-    assert isinstance(action, RetryPod)
+def test_a_lost_try_is_kept_under_retries_before_the_next_pod() -> None:
+    retry = step(replace(TRIAL, phase=TrialPhase.RUNNING), None, Lost("Gone."))
+    assert isinstance(retry, RetryPod)  # recorded first; the Pod follows
+    first_retry = replace(TRIAL, infra_retries=1, pod_name="t1-r1")
+    action = look(first_retry, previous=None)
+    assert isinstance(action, CreatePod)
+    assert (action.pod_name, action.retry) == ("t1-r1", 1)
+    assert action.keep is not None
     assert action.keep.prefix == PREFIX
     assert action.keep.number == 1
     assert action.keep.destination == PREFIX + "retries/1/"
-    again = step(replace(TRIAL, infra_retries=1, pod_name="t1-r1"), None, Lost("Gone."))
-    assert isinstance(again, RetryPod)
-    assert again.keep.destination == PREFIX + "retries/2/"
+    second = look(replace(TRIAL, infra_retries=2, pod_name="t1-r2"), previous=None)
+    assert isinstance(second, CreatePod)
+    assert second.keep is not None
+    assert second.keep.destination == PREFIX + "retries/2/"
+    # A first try has nothing to keep.
+    first = look(TRIAL, previous=None)
+    assert isinstance(first, CreatePod)
+    assert first.keep is None
+
+
+def look(trial: TrialEntry, *, previous: PodEntry | None) -> TrialAction:
+    return decide(
+        trial,
+        None,
+        now=NOW,
+        config=OperatorConfig(runner_image="r:1"),
+        place=PLACE,
+        max_infra_retries=2,
+        previous_pod=previous,
+    )
 
 
 def test_the_next_try_waits_for_the_lost_runner_to_stop_writing() -> None:
     running = {"running": {"startedAt": "2025-01-15T10:29:05Z"}}
-    # Its Pod is taken away but not deleted yet: delete it, so that its runner stops.
-    assert step(TRIAL, pod(runner=running), Lost("Preempted.")) == DeletePod("t1")
-    # Being deleted: its runner uploads what it has within its grace period; wait for it.
+    retried = replace(TRIAL, infra_retries=1, pod_name="t1-r1")
+    # The lost Pod is being deleted; its runner uploads what it has in its grace period.
     soon = pod(runner=running, deleted_at=NOW)
-    assert step(TRIAL, soon, Lost("Deleted.")) == Nothing(waiting=True)
+    assert look(retried, previous=soon) == Nothing(waiting=True)
+    # Not deleted (yet) and running: it may write too.
+    assert look(retried, previous=pod(runner=running)) == Nothing(waiting=True)
     # A runner that shows as running long after its Pod's deletion time is on a lost node.
     long_ago = pod(runner=running, deleted_at=NOW - timedelta(seconds=OLD_RUNNER_MARGIN_SEC + 1))
-    assert isinstance(step(TRIAL, long_ago, Lost("Deleted.")), RetryPod)
+    assert isinstance(look(retried, previous=long_ago), CreatePod)
     # A runner that stopped has written what it will.
     stopped = pod(runner={"terminated": {"exitCode": 143}}, deleted_at=NOW)
-    assert isinstance(step(TRIAL, stopped, Lost("Deleted.")), RetryPod)
+    assert isinstance(look(retried, previous=stopped), CreatePod)
+    # The lost Pod itself is deleted when the retry is recorded, even while its runner runs.
+    lost = step(TRIAL, pod(runner=running), Lost("Preempted."))
+    assert isinstance(lost, RetryPod)
+    assert lost.old_pod == "t1"
 
 
 # --- cost -----------------------------------------------------------------------------------------

@@ -143,9 +143,9 @@ def test_a_trial_without_a_pod_gets_one() -> None:
         TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
     ) == CreatePod("t1", 0)
     retried = replace(TRIAL, infra_retries=1, pod_name="t1-r1")
-    assert decide(
-        retried, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
-    ) == CreatePod("t1-r1", 1)
+    again = decide(retried, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
+    assert isinstance(again, CreatePod)
+    assert (again.pod_name, again.retry) == ("t1-r1", 1)  # its lost try's files kept first
     # Just created: its watch event is on its way.
     assert decide(
         TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2, pod_requested=True
@@ -156,7 +156,8 @@ def test_a_missing_pod_of_a_running_trial_was_lost() -> None:
     running = replace(TRIAL, phase=TrialPhase.RUNNING)
     action = decide(running, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
     assert isinstance(action, RetryPod)
-    assert (action.old_pod, action.new_pod, action.retry) == (None, "t1-r1", 1)
+    assert (action.old_pod, action.retry) == (None, 1)
+    assert action.status["podName"] == "t1-r1"
     assert action.status["phase"] == "Pending"
     assert action.status["infraRetries"] == 1
     # A deleted Pod of a trial that never ran is lost too (not silently made again).

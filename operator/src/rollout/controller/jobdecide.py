@@ -86,6 +86,8 @@ class TrialLook:
     """The watch saw the Pod deleted."""
     pod_deleting: bool = False
     """The reconciler asked a moment ago for the Pod to be deleted: not again."""
+    previous_pod: PodEntry | None = None
+    """After a retry: the Pod of the try before, while the index still has it."""
 
 
 @dataclass(frozen=True)
@@ -357,6 +359,7 @@ def _trial_steps(
             max_infra_retries=planned.job.spec.max_infra_retries,
             pod_requested=look.pod_created,
             pod_deleted=look.pod_deleted,
+            previous_pod=look.previous_pod,
         )
         if look.pod_deleting:
             action = _without_pod_deletion(action)

@@ -9,7 +9,7 @@ storage.
 Storage comes before the API where a trial's files are concerned: the records the operator writes
 for trials whose runner could not (`records`) are written before the status patches that finish
 those trials and say where they are, several at once; a lost try's files are moved under
-`retries/<k>/` before the retry is recorded. A storage error stops the pass like any other.
+`retries/<k>/` before the retry's Pod is created. A storage error stops the pass like any other.
 
 It decides nothing a decision could decide beforehand; what it does depends on a write's answer
 only where the decision cannot know it:
@@ -215,10 +215,15 @@ class JobExecutor:
         """Carry out one trial's step; True when the trial was written."""
         name = trial.name
         match step:
-            case CreatePod(pod_name=pod_name, retry=retry):
+            case CreatePod(pod_name=pod_name, retry=retry, keep=keep):
                 body = await self.api.get_trial(self.namespace, name)
                 if body is None:
                     return False
+                if keep is not None:
+                    # The lost try's files move first; interrupted, the next look moves the
+                    # rest (the new Pod does not exist yet, so nothing of it is moved).
+                    store = self.runtime.stores.for_spec(keep.storage)
+                    await asyncio.to_thread(keep_try, store, keep)
                 return await self._create_pod(body, trial.key, place, pod_name, retry, now)
             case DeletePod(pod_name=pod_name):
                 await self._delete_pod(pod_name)
@@ -226,12 +231,9 @@ class JobExecutor:
             case PatchStatus():
                 # Its record, if any, is in storage already (`_write_records`).
                 return await self._finish(name, step)
-            case RetryPod(keep=keep):
-                # The try's files are kept first, then the retry is recorded: a restart in
-                # between moves what is left (nothing) and retries; one after it creates the new
-                # Pod instead of retrying again.
-                store = self.runtime.stores.for_spec(keep.storage)
-                await asyncio.to_thread(keep_try, store, keep)
+            case RetryPod():
+                # The retry is recorded first: a restart in between creates the new Pod instead
+                # of retrying again. The new Pod follows at a later look (`CreatePod`).
                 patched = await self.api.patch_trial_status(self.namespace, name, step.status)
                 if patched is None:
                     return False
@@ -239,7 +241,6 @@ class JobExecutor:
                 log.info("%s: trial %s lost its Pod; retry %d", self.where, name, step.retry)
                 if step.old_pod:
                     await self._delete_pod(step.old_pod)
-                await self._create_pod(patched, trial.key, place, step.new_pod, step.retry, now)
                 return True
 
     async def _finish(self, name: str, step: PatchStatus) -> bool:

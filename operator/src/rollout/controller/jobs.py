@@ -39,7 +39,7 @@ from typing import Any
 import kopf
 
 from rollout.api.resources import JobPhase, RolloutJobStatus
-from rollout.controller.index import PodEntry, TrialEntry, find_pod
+from rollout.controller.index import PodEntry, TrialEntry, find_pod, pod_name_for
 from rollout.controller.jobdecide import JobView, TrialLook, cancelled_records, decide_job
 from rollout.controller.jobexec import JobExecutor, PostWarning
 from rollout.controller.jobspec import JobSpec, Planned, StorageUnavailable, parse_job
@@ -239,7 +239,11 @@ class JobReconciler:
         if trial is None:
             return None
         pod_name = trial.current_pod_name
-        pod = find_pod(self.pods_index.get((self.namespace, trial.name), ()), pod_name)
+        pods = list(self.pods_index.get((self.namespace, trial.name), ()))
+        pod = find_pod(pods, pod_name)
+        previous = None
+        if trial.infra_retries > 0:
+            previous = find_pod(pods, pod_name_for(trial.name, trial.infra_retries - 1))
         if pod is not None:
             self.writes.pods_created.discard(pod_name)  # the watch has caught up
         return TrialLook(
@@ -248,6 +252,7 @@ class JobReconciler:
             pod_created=pod_name in self.writes.pods_created,
             pod_deleted=self.runtime.pod_deleted(self.namespace, pod_name, trial.uid),
             pod_deleting=pod_name in self.writes.pods_deleted,
+            previous_pod=previous,
         )
 
 

@@ -188,11 +188,27 @@ class Nothing:
 
 
 @dataclass(frozen=True)
+class KeepTry:
+    """Before a trial runs again, its try `number`'s files move from the trial's prefix to
+    `retries/<number>/` under it, so that the next try starts from a clean place."""
+
+    storage: StorageSpec
+    prefix: str
+    number: int
+
+    @property
+    def destination(self) -> str:
+        return retry_prefix(self.prefix, self.number)
+
+
+@dataclass(frozen=True)
 class CreatePod:
-    """The trial has no Pod yet: create it (an existing one is accepted)."""
+    """The trial has no Pod yet: create it (an existing one is accepted). A retry's Pod first
+    has the lost try's files kept (`keep`), so that it starts from a clean place."""
 
     pod_name: str
     retry: int
+    keep: KeepTry | None = None
 
 
 @dataclass(frozen=True)
@@ -221,29 +237,13 @@ class PatchStatus:
 
 
 @dataclass(frozen=True)
-class KeepTry:
-    """Before a trial runs again, its try `number`'s files move from the trial's prefix to
-    `retries/<number>/` under it, so that the next try starts from a clean place."""
-
-    storage: StorageSpec
-    prefix: str
-    number: int
-
-    @property
-    def destination(self) -> str:
-        return retry_prefix(self.prefix, self.number)
-
-
-@dataclass(frozen=True)
 class RetryPod:
-    """The Pod was lost: keep the old try's files, record the retry, remove what is left of the
-    old Pod, start a new one."""
+    """The Pod was lost: record the retry and remove what is left of the old Pod. The new Pod
+    follows (`CreatePod`) once the old Pod's runner can no longer upload."""
 
     status: dict[str, Any]
     old_pod: str | None
-    new_pod: str
     retry: int
-    keep: KeepTry
 
 
 TrialAction = Nothing | CreatePod | DeletePod | PatchStatus | RetryPod
@@ -259,13 +259,15 @@ def decide(
     max_infra_retries: int,
     pod_requested: bool = False,
     pod_deleted: bool = False,
+    previous_pod: PodEntry | None = None,
 ) -> TrialAction:
     """The next step for one trial of the job, whose files are at `place`.
 
     `pod` is the Pod of the trial's current attempt, None when the index has none. It may be
     missing because it was just created (`pod_requested`: its watch event is on its way), never
     created (the operator stopped in between: create it), or deleted (`pod_deleted`, or the trial
-    already ran in it: the Pod was lost).
+    already ran in it: the Pod was lost). `previous_pod` is the Pod of the try before, when the
+    index still has it: a retry's Pod waits until that one's runner can no longer upload.
     """
     if not trial.runs_in_pod or trial.deleting:
         return Nothing()
@@ -277,7 +279,7 @@ def decide(
         if pod_requested:
             return Nothing()
         if trial.phase != TrialPhase.RUNNING and not pod_deleted:
-            return CreatePod(trial.current_pod_name, trial.infra_retries)
+            return _create_pod(trial, previous_pod, place, now)
         verdict: PodVerdict = classify_missing_pod()
     else:
         verdict = classify_pod(pod.body, now=now, config=config)
@@ -374,19 +376,13 @@ def act(
                 delete_pod=cleanup,
             )
         case Lost(reason=reason):
-            if pod is not None and runner_may_still_write(pod.body, now):
-                # The next try must not start while this one's runner may still upload into
-                # the trial's prefix: its Pod goes first, and its runner gets its grace period.
-                return DeletePod(pod.name) if removable else Nothing(waiting=True)
             if trial.infra_retries < max_infra_retries:
                 retry = trial.infra_retries + 1
                 new_pod = pod_name_for(trial.name, retry)
                 return RetryPod(
                     retry_status(retry, new_pod, reason, now, cost=cost),
                     old_pod=pod_name if removable else None,
-                    new_pod=new_pod,
                     retry=retry,
-                    keep=KeepTry(place.storage, place.prefix(trial.key), trial.tries),
                 )
             return fail_trial(
                 trial.key,
@@ -404,6 +400,21 @@ def act(
                 reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
             )
     raise AssertionError(f"unknown verdict {verdict!r}")  # pragma: no cover
+
+
+def _create_pod(
+    trial: TrialEntry, previous: PodEntry | None, place: TrialPlace, now: datetime
+) -> CreatePod | Nothing:
+    """The trial's Pod for its current try; a retry's only once the lost try's runner can no
+    longer upload into the trial's prefix (its Pod is deleted with it, and the runner gets its
+    grace period), with that try's files kept first."""
+    retry = trial.infra_retries
+    if retry == 0:
+        return CreatePod(trial.current_pod_name, 0)
+    if previous is not None and runner_may_still_write(previous.body, now):
+        return Nothing(waiting=True)
+    keep = KeepTry(place.storage, place.prefix(trial.key), number=retry)  # the try before
+    return CreatePod(trial.current_pod_name, retry, keep)
 
 
 def fail_trial(
