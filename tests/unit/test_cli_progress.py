@@ -102,6 +102,7 @@ def test_the_summary_comes_from_result_json_when_there_is_one(tmp_path: Path) ->
         ["oracle", "10", "9", "1", "80.0%", "0.800"],
         ["all", "20", "18", "2", "85.0%", "0.850"],
     ]
+    assert "Cost: 1.234 (at the operator's unit prices)" in out.getvalue().splitlines()
 
 
 def test_the_summary_says_whose_failures_the_failed_trials_were(tmp_path: Path) -> None:
@@ -131,6 +132,10 @@ def test_the_summary_comes_from_the_status_otherwise(tmp_path: Path) -> None:
         ("oracle", 4, 1, 0),
     ]
     assert summary.metrics == [("mean", 0.5), ("sum", 1.0)]
+    assert summary.total_cost is None  # no unit prices: no cost, and no line for it
+    priced = load_summary(tmp_path, {**BODY, "status": {**BODY["status"], "totalCost": 2.5}})
+    assert priced is not None
+    assert priced.total_cost == 2.5
     assert load_summary(tmp_path / "nothing", None) is None
 
 

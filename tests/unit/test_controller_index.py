@@ -59,6 +59,17 @@ def test_a_trial_is_indexed_under_its_job_with_what_counting_needs() -> None:
     assert entry.current_pod_name == child_name("t1", "r1")  # from infraRetries
     outcome = entry.outcome()
     assert (outcome.reward, outcome.cost, outcome.error_type) == (0.5, 1.25, None)
+    assert entry.tries == 2  # the first Pod and one retry
+    assert entry.created_at is None  # the body has no creationTimestamp
+
+
+def test_a_trials_creation_time_is_read_and_a_bad_one_is_unknown() -> None:
+    body = trial_body()
+    body["metadata"]["creationTimestamp"] = "2025-01-15T10:30:00Z"
+    assert trial_entry(body).created_at == datetime(2025, 1, 15, 10, 30, tzinfo=UTC)
+    for bad in ("yesterday", "2025-01-15T10:30:00", 17):
+        body["metadata"]["creationTimestamp"] = bad
+        assert trial_entry(body).created_at is None
 
 
 def test_an_unfinished_trial_has_no_verdict_yet() -> None:

@@ -1,6 +1,6 @@
 """The summary table printed when a job ends: per agent, trials, completed, failed, pass rate and
-mean reward, then the job's metrics and whose failures the failed trials were (the agent's, the
-task's, the infrastructure's).
+mean reward, then the job's metrics, its cost (when the operator has unit prices) and whose
+failures the failed trials were (the agent's, the task's, the infrastructure's).
 
 The figures come from the job's downloaded result.json when there is one (the operator's final
 word), else from the RolloutJob's status.
@@ -42,6 +42,8 @@ class Summary:
     metrics: list[tuple[str, float | None]]
     failures: dict[str, int] | None = None
     """Failed trials by class (agent, task, infrastructure); None when the source has none."""
+    total_cost: float | None = None
+    """The job's cost (the sum of its trials' known costs); None without one."""
 
 
 def from_result(result: JobResult) -> Summary:
@@ -67,7 +69,7 @@ def from_result(result: JobResult) -> Summary:
     metrics = [(m.type.value, m.value) for m in result.metrics]
     counts = result.rollout.failures if result.rollout else None
     failures = counts.model_dump() if counts is not None else None
-    return Summary(result.job_name, rows, total, metrics, failures)
+    return Summary(result.job_name, rows, total, metrics, failures, result.total_cost)
 
 
 def from_status(body: Mapping[str, Any]) -> Summary:
@@ -92,7 +94,11 @@ def from_status(body: Mapping[str, Any]) -> Summary:
         if isinstance(counts, Mapping)
         else None
     )
-    return Summary(view.job_name, rows, total, view.metrics, failures)
+    cost = (body.get("status") or {}).get("totalCost")
+    total_cost = (
+        float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+    )
+    return Summary(view.job_name, rows, total, view.metrics, failures, total_cost)
 
 
 def load_summary(job_dir: Path, body: Mapping[str, Any] | None) -> Summary | None:
@@ -125,6 +131,10 @@ def print_summary(console: Console, summary: Summary) -> None:
     if summary.metrics:
         metrics = ", ".join(f"{name} {number(value)}" for name, value in summary.metrics)
         console.print(f"Metrics: {metrics}", markup=False)
+    if summary.total_cost is not None:
+        console.print(
+            f"Cost: {number(summary.total_cost)} (at the operator's unit prices)", markup=False
+        )
     if summary.failures and any(summary.failures.values()):
         classes = ", ".join(f"{name} {count}" for name, count in summary.failures.items())
         console.print(f"Failed trials by class: {classes}", markup=False)

@@ -58,8 +58,6 @@ class TrialEntry:
     infra_retries: int = 0
     deleting: bool = False
     created_at: datetime | None = None
-    result_uri: str | None = None
-    """Where the trial's result.json is, once its runner or the operator wrote it."""
 
     @property
     def key(self) -> TrialKey:
@@ -205,7 +203,6 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
         infra_retries=retries if isinstance(retries, int) and retries >= 0 else 0,
         deleting=bool(metadata.get("deletionTimestamp")),
         created_at=timestamp(metadata.get("creationTimestamp")),
-        result_uri=str(status["resultUri"]) if status.get("resultUri") else None,
     )
 
 

@@ -310,6 +310,22 @@ def act(
     removable = pod is not None and not pod.deleting
     cleanup = pod_name if removable and not trial.preserve_env else None
     cost = trial_cost(trial.cost, pod.body if pod else None, prices, now=now)
+
+    def fail(error_type: ErrorType, message: str, **how: Any) -> PatchStatus:
+        return fail_trial(
+            trial.key,
+            place,
+            error_type,
+            message,
+            now,
+            tries=trial.tries,
+            created_at=trial.created_at,
+            cost=cost,
+            pod=pod,
+            pod_name=pod_name,
+            **how,
+        )
+
     match verdict:
         case Waiting():
             return Nothing(waiting=True)
@@ -348,33 +364,10 @@ def act(
                 else None,
             )
         case Finished():
-            return fail_trial(
-                trial.key,
-                place,
-                ErrorType.INTERNAL_ERROR,
-                "The runner ended without a readable termination message.",
-                now,
-                tries=trial.tries,
-                created_at=trial.created_at,
-                cost=cost,
-                pod=pod,
-                pod_name=pod_name,
-                delete_pod=cleanup,
-            )
+            message = "The runner ended without a readable termination message."
+            return fail(ErrorType.INTERNAL_ERROR, message, delete_pod=cleanup)
         case Failed(error_type=error_type, message=message):
-            return fail_trial(
-                trial.key,
-                place,
-                error_type,
-                message,
-                now,
-                tries=trial.tries,
-                created_at=trial.created_at,
-                cost=cost,
-                pod=pod,
-                pod_name=pod_name,
-                delete_pod=cleanup,
-            )
+            return fail(error_type, message, delete_pod=cleanup)
         case Lost(reason=reason):
             if trial.infra_retries < max_infra_retries:
                 retry = trial.infra_retries + 1
@@ -384,18 +377,10 @@ def act(
                     old_pod=pod_name if removable else None,
                     retry=retry,
                 )
-            return fail_trial(
-                trial.key,
-                place,
+            return fail(
                 ErrorType.INTERNAL_ERROR,
                 f"{reason} The trial's Pod was lost {trial.tries} times, more than the job's "
                 f"maxInfraRetries ({max_infra_retries}) allows.",
-                now,
-                tries=trial.tries,
-                created_at=trial.created_at,
-                cost=cost,
-                pod=pod,
-                pod_name=pod_name,
                 delete_pod=pod_name if removable else None,
                 reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
             )
