@@ -172,7 +172,7 @@ async def test_an_agent_that_overruns_is_agent_execution_timeout_and_leaves_no_p
         (
             "verifier-no-reward",
             ErrorType.VERIFIER_REWARD_MISSING,
-            "The verifier exited with code 0 but wrote no reward: neither "
+            "The verifier exited with code 0 but wrote no reward: neither /tmp/rllm/reward.json, "
             "/logs/verifier/reward.json nor /logs/verifier/reward.txt exists",
         ),
         (

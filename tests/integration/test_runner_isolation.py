@@ -59,6 +59,7 @@ whoami > /logs/agent/whoami.txt
 ls -la /tests > /logs/agent/ls-tests.out 2>&1; echo $? > /logs/agent/ls-tests.rc
 cat /tests/test.sh > /logs/agent/cat-tests.out 2>&1; echo $? > /logs/agent/cat-tests.rc
 (echo 1 > /logs/verifier/reward.txt) 2> /logs/agent/write.out; echo $? > /logs/agent/write.rc
+(echo 1 > /tmp/rllm/reward.json) 2> /logs/agent/rllm.out; echo $? > /logs/agent/rllm.rc
 mv /logs/verifier /logs/mine 2> /logs/agent/mv.out; echo $? > /logs/agent/mv.rc
 echo probe done
 """
@@ -80,7 +81,7 @@ async def test_with_an_agent_user_the_agent_cannot_read_tests_nor_write_the_rewa
     objects = trial_objects(fast_retry_store, spec)
     assert objects["command/stdout.txt"] == b"probe done\n"
     assert objects["logs/agent/whoami.txt"] == b"agent\n"
-    for probe in ("ls-tests", "cat-tests", "write", "mv"):
+    for probe in ("ls-tests", "cat-tests", "write", "rllm", "mv"):
         assert objects[f"logs/agent/{probe}.rc"] != b"0\n", probe
         assert b"Permission denied" in objects[f"logs/agent/{probe}.out"], probe
     assert objects["logs/verifier/reward.txt"] == b"1\n"

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from rollout.api.additions import TrialAdditions
 from rollout.api.errors import ErrorType
@@ -87,6 +88,8 @@ class TrialRecord:
     ended_at: datetime | None = None
     total_sec: float | None = None
     reward: float | None = None
+    rewards: dict[str, Any] | None = None
+    """The reward's object, kept whole (a reward.json with several keys): `rollout.rewards`."""
     errors: list[RecordedError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Problems that are not trial errors (say, a log file that could not be read)."""
@@ -207,6 +210,7 @@ class TrialRecord:
             rollout=TrialAdditions(
                 failure_class=failure_class(error.type, agent_name=agent) if error else None,
                 tries=self.try_number,
+                rewards=None if self.failed else self.rewards,
             ),
         )
 

@@ -6,7 +6,8 @@ job's metrics and its failed trials per class, a trial's tries; later per-key re
 lives under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
 
     trial result.json   "rollout": {"failure_class": "agent" | "task" | "infrastructure" | null,
-                                    "tries": 1}
+                                    "tries": 1,
+                                    "rewards": {"accuracy": 1, "style": 0.5}}
     job result.json     "rollout": {"metrics": [{"type": "mean", "value": 0.85}],
                                     "failures": {"agent": 1, "task": 0, "infrastructure": 1},
                                     "agents": {"<agent>": {"failures": {...}}}}
@@ -14,6 +15,9 @@ lives under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
 - `failure_class`: the class of the trial's error (`rollout.api.failures`), null without one.
 - `tries`: how many Pods the trial ran in: 1, plus one per infrastructure retry (a lost Pod).
   The earlier tries' files are kept under the trial's `retries/<k>/` (`rollout.api.layout`).
+- `rewards`: the object the reward came from (a reward.json such as `{"accuracy": 1, "style":
+  0.5}`), kept whole; absent when the reward was a plain number or there is none. The reward
+  itself follows the one coercion rule (`rollout.api.reward`).
 - `metrics`: the job.yaml metrics over the completed trials' rewards (`[]` when none is
   configured).
 - `failures`: the failed trials (the seed's `failed_trials`) by the class of their error, so that
@@ -27,7 +31,7 @@ of a job result.json written before they were counted) is left out, never guesse
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 from pydantic import ConfigDict, Field
 
@@ -61,6 +65,12 @@ class TrialAdditions(_Additions):
         None,
         exclude_if=_absent,
         description="Pods the trial ran in (1 + its infrastructure retries); absent when unknown.",
+    )
+    rewards: dict[str, Any] | None = Field(
+        None,
+        exclude_if=_absent,
+        description="The object the reward came from (say a reward.json with several keys), "
+        "kept whole; absent when the reward was a plain number.",
     )
 
 

@@ -5,9 +5,9 @@ created (scheduling, image pulls, container start: see `rollout_runner.record`).
 part of it is here: waiting for the environment to become ready (in a trial Pod: the shim's
 ready signal), downloading the task archive (`tasks/<contentHash>.tar.gz`) into the runner's own
 work directory, which the environment cannot see (tests/ and solution/ stay hidden from the
-agent), and copying instruction.md to the instruction path. With an agent user, /logs/verifier
-and /tests are made root-only (0700) here, before the agent can touch them, and /logs/agent is
-given to the agent.
+agent), and copying instruction.md to the instruction path. With an agent user, /logs/verifier,
+/tests and /tmp/rllm are made root-only (0700) here, before the agent can touch them, and
+/logs/agent is given to the agent.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from rollout_runner.archive import extract_task_archive
 from rollout_runner.context import AGENT_LOGS, LOGS, TESTS, VERIFIER_LOGS, TrialContext
 from rollout_runner.environment import EnvironmentFailure
 from rollout_runner.record import Phase
+from rollout_runner.reward import RLLM_DIR
 from rollout_runner.threads import in_daemon_thread
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,10 @@ def _prepare_script(agent_user: str | None) -> str:
         return script
     user = shlex.quote(agent_user)
     # /logs itself is root's, so the agent cannot rename /logs/verifier away and make its own;
-    # /tests exists (empty, root-only) so the agent cannot create it first.
+    # /tests and /tmp/rllm exist (root-only) so the agent cannot create them first; both are
+    # emptied again before the verifier.
+    locked = f"{VERIFIER_LOGS} {TESTS} {RLLM_DIR}"
     return (
-        f"set -e; {script} {TESTS}; chown 0:0 {LOGS} {VERIFIER_LOGS} {TESTS}; chmod 0755 {LOGS}; "
-        f"chmod 0700 {VERIFIER_LOGS} {TESTS}; chown -R {user} {AGENT_LOGS}"
+        f"set -e; {script} {TESTS} {RLLM_DIR}; chown 0:0 {LOGS} {locked}; chmod 0755 {LOGS}; "
+        f"chmod 0700 {locked}; chown -R {user} {AGENT_LOGS}"
     )

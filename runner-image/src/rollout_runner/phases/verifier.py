@@ -2,15 +2,16 @@
 
 It runs only when setup and the agent succeeded (the seed: an agent install or execution error
 skips the verifier) and the job did not disable it. By then every process of the agent is gone.
-/tests and /logs/verifier are emptied first, so nothing the agent put there (a reward file of its
-own, a planted conftest.py) reaches the verifier or its reward. test.sh runs in the working
-directory as the verifier user (root when the agent has a user of its own), with task.toml's
+/tests, /logs/verifier and /tmp/rllm are emptied first, so nothing the agent put there (a reward
+file of its own, a planted conftest.py) reaches the verifier or its reward. test.sh runs in the
+working directory as the verifier user (root when the agent has a user of its own), with task.toml's
 [verifier.env]; its stdout and stderr go to /logs/verifier/stdout.txt and stderr.txt, and so into
 the trial's logs/verifier/.
 
 Outcome, by the seed's rules: a timeout is `verifier_timeout` and a non-zero exit is
 `verifier_failed`, both with reward null even when a reward file was written; otherwise the
-reward is read (see `rollout_runner.reward`).
+reward is read (see `rollout_runner.reward`): /tmp/rllm/reward.json through the environment,
+/logs/verifier's files from the shared logs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from rollout_runner.environment import EnvironmentFailure
 from rollout_runner.phases.common import readable_logs, tail
 from rollout_runner.record import Phase
 from rollout_runner.redact import Redactor
-from rollout_runner.reward import RewardProblem, read_reward
+from rollout_runner.reward import (
+    MAX_REWARD_BYTES,
+    NOT_REGULAR,
+    RLLM_DIR,
+    RLLM_REWARD,
+    RewardFile,
+    RewardProblem,
+    read_reward,
+    verifier_dir_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,21 +91,50 @@ async def _verify(ctx: TrialContext) -> None:
     if verifier_dir is None:
         ctx.record.fail(ErrorType.INTERNAL_ERROR, "The verifier's logs could not be read")
         return
-    reward = await asyncio.to_thread(read_reward, verifier_dir, VERIFIER_LOGS, ctx.redactor.text)
+    files = [
+        await _rllm_reward_file(ctx),
+        *await asyncio.to_thread(verifier_dir_files, verifier_dir, VERIFIER_LOGS),
+    ]
+    reward = read_reward(files, ctx.redactor.text)
     if isinstance(reward, RewardProblem):
         ctx.record.fail(reward.type, reward.message, detail)
         return
-    log.info("reward: %g", reward)
-    ctx.record.reward = reward
+    log.info("reward: %g", reward.reward)
+    ctx.record.reward = reward.reward
+    ctx.record.rewards = reward.rewards
+
+
+# Exit 2: no file; 3: not a regular file; else its first bytes on stdout (bounded: a verifier
+# may write anything there, and it must not fill the runner's memory).
+_READ_RLLM_REWARD = (
+    f"f={RLLM_REWARD}; [ -L $f ] || [ -e $f ] || exit 2; [ -f $f ] && [ ! -L $f ] || exit 3; "
+    f"exec head -c {MAX_REWARD_BYTES + 1} $f"
+)
+
+
+async def _rllm_reward_file(ctx: TrialContext) -> RewardFile:
+    """/tmp/rllm/reward.json, read through the environment (it is not on the shared volume)."""
+    result = await ctx.run(_READ_RLLM_REWARD, timeout_sec=ctx.options.housekeeping_timeout_sec)
+    if result.exit_code == 2:
+        return RewardFile(RLLM_REWARD, None)
+    if result.exit_code == 3:
+        return RewardFile(RLLM_REWARD, None, NOT_REGULAR)
+    if result.exit_code != 0:
+        stderr = result.stderr.decode(errors="replace").strip()
+        why = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+        raise EnvironmentFailure(f"reading {RLLM_REWARD} failed ({why}): {stderr[-2000:]}")
+    return RewardFile(RLLM_REWARD, result.stdout)
 
 
 def _prepare_script(user: str | None, *, locked: bool) -> str:
-    """Empty /tests and /logs/verifier; keep them root-only when the agent has its own user."""
-    script = f"set -e; rm -rf {TESTS} {VERIFIER_LOGS}; mkdir -p {TESTS} {VERIFIER_LOGS}"
+    """Empty /tests, /logs/verifier and /tmp/rllm; keep them root-only when the agent has its
+    own user."""
+    dirs = f"{TESTS} {VERIFIER_LOGS} {RLLM_DIR}"
+    script = f"set -e; rm -rf {dirs}; mkdir -p {dirs}"
     if locked:
-        script += f"; chmod 0700 {TESTS} {VERIFIER_LOGS}"
+        script += f"; chmod 0700 {dirs}"
     if user is not None:
-        script += f"; chown {shlex.quote(user)} {TESTS} {VERIFIER_LOGS}"
+        script += f"; chown {shlex.quote(user)} {dirs}"
     return script
 
 
