@@ -13,8 +13,8 @@ import yaml
 
 from paths import REPO
 from rollout.api.environment import EnvironmentType
-from rollout.api.envrefs import agent_env_references, resolve_agent_env
-from rollout.api.errors import InvalidInput
+from rollout.api.envrefs import agent_env_references, resolve_agent_env, resolve_task_env
+from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.job import (
     JobConfig,
     config_json_text,
@@ -578,3 +578,22 @@ def test_job_config_is_the_model_the_loader_returns(tmp_path: Path) -> None:
     assert isinstance(job, JobConfig)
     assert job.agents[0].name == "cpe"
     assert job.datasets[0].path == str(tmp_path / "tasks")
+
+
+def test_task_env_takes_its_variables_from_the_agents_env() -> None:
+    env = {"PLAIN": "x", "URL": "https://${HOST}:${PORT}/v1"}
+    resolved = resolve_task_env(env, {"HOST": "h", "PORT": "1"}, task="t", agent="a")
+    assert resolved == {"PLAIN": "x", "URL": "https://h:1/v1"}
+
+
+def test_every_task_env_key_that_cannot_be_given_is_reported_at_once() -> None:
+    env = {"bad-name": "x", "DEFAULTED": "${A:-b}", "MISSING": "${NOPE}", "OK": "${A}"}
+    with pytest.raises(InvalidInput) as caught:
+        resolve_task_env(env, {"A": "1"}, task="t", agent="a")
+    assert caught.value.error_type is ErrorType.TASK_INVALID
+    assert [(p.file, p.field) for p in caught.value.problems] == [
+        ("task 't': task.toml", "environment.env.bad-name"),
+        ("task 't': task.toml", "environment.env.DEFAULTED"),
+        ("task 't': task.toml", "environment.env.MISSING"),
+    ]
+    assert "takes ${NOPE}, which agent 'a' does not set" in caught.value.problems[2].message

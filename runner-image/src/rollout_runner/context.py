@@ -64,6 +64,9 @@ class TrialContext:
     record: TrialRecord
     task: Task | None = None
     """The task's files (under work_dir), once setup has fetched them."""
+    task_env: dict[str, str] = field(default_factory=dict)
+    """task.toml's [environment.env], `${VAR}`s resolved from the agent's env, once setup has
+    read the task: under the env of every agent and verifier command (the phases add theirs)."""
     environment_ready: bool = False
     outputs: dict[str, bytes] = field(default_factory=dict)
     """Captured command output by its path under the trial prefix (setup/stdout.txt, ...)."""

@@ -1,4 +1,4 @@
-"""Agent environment variables: their names, and `${VAR}` references in their values.
+"""Agent and task environment variables: their names, and `${VAR}` references in their values.
 
 A value holding `${NAME}` takes its value from the environment of the process that submits the
 job (the CLI); anything else is literal. Only `${NAME}` with a name of letters, digits and
@@ -6,6 +6,10 @@ underscores is a reference; `${...}` of any other shape is an error rather than 
 literal value. The models never hold a resolved value: config.json and the RolloutJob keep the
 `${VAR}` text, and resolved values exist only in `resolve_agent_env`'s result (the CLI puts them
 in a Secret).
+
+A task's `[environment.env]` values take their `${NAME}`s from the trial's agent env instead
+(`resolve_task_env`), when the trial runs: that is the one place a trial has the job's values,
+through the same Secret, whether the job came from the CLI or from kubectl.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from rollout.api.errors import InvalidInput, Problem
+from rollout.api.errors import ErrorType, InvalidInput, Problem
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """Environment variable names: POSIX shell names, so install and execute scripts can read them."""
@@ -117,4 +121,37 @@ def resolve_agent_env(
         resolved[agent.name] = values
     if problems:
         raise InvalidInput(problems)
+    return resolved
+
+
+def resolve_task_env(
+    env: Mapping[str, str], agent_env: Mapping[str, str], *, task: str, agent: str
+) -> dict[str, str]:
+    """A task's `[environment.env]` with every `${VAR}` taken from the agent's env values.
+
+    Every key that cannot be given (a bad name, a bad reference, a variable the agent's env does
+    not set) is reported at once, naming the task, the key and, for a variable, what to set.
+    """
+    resolved: dict[str, str] = {}
+    problems: list[Problem] = []
+    file = f"task {task!r}: task.toml"
+
+    def problem(key: str, message: str) -> None:
+        problems.append(Problem(file, f"environment.env.{key}", message))
+
+    for key, value in env.items():
+        if why := env_key_problem(key) or env_value_problem(value):
+            problem(key, why)
+            continue
+        missing = [name for name in env_references(value) if name not in agent_env]
+        for name in missing:
+            problem(
+                key,
+                f"takes ${{{name}}}, which agent {agent!r} does not set: give {name} in the "
+                f"agent's env (job.yaml: `{name}: ${{{name}}}`)",
+            )
+        if not missing:
+            resolved[key] = substitute(value, agent_env)
+    if problems:
+        raise InvalidInput(problems, ErrorType.TASK_INVALID)
     return resolved

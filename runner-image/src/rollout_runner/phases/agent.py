@@ -2,10 +2,11 @@
 
 The install and execute scripts of job.yaml are copied into the environment as files
 (/installed-agent/install.sh, execute.sh) and run with bash, as the agent user when there is one,
-in the working directory, with the agent's env and ROLLOUT_TASK_INSTRUCTION. Their stdout and
+in the working directory, with task.toml's [environment.env], ROLLOUT_TASK_INSTRUCTION and the
+agent's env (a later one wins). Their stdout and
 stderr become the trial's setup/ and command/ files. The oracle has no install: its solution/ is
-copied to /oracle (its agent_setup) and `bash /oracle/solve.sh` runs with task.toml's
-[solution.env] (its agent_execution, output in command/).
+copied to /oracle (its agent_setup) and `bash /oracle/solve.sh` runs with the same env and
+task.toml's [solution.env] over it (its agent_execution, output in command/).
 
 Whatever happened, every process the agent left behind is killed before this phase returns, so
 nothing of the agent runs while /tests is copied in and the verifier runs.
@@ -45,7 +46,12 @@ async def run(ctx: TrialContext) -> None:
 
 
 def _agent_env(ctx: TrialContext) -> dict[str, str]:
-    return {INSTRUCTION_ENV_VAR: ctx.spec.instruction_path, **ctx.agent_env.values}
+    # Lowest first: the task's [environment.env], the instruction's path, the job's agent env.
+    return {
+        **ctx.task_env,
+        INSTRUCTION_ENV_VAR: ctx.spec.instruction_path,
+        **ctx.agent_env.values,
+    }
 
 
 async def _install(ctx: TrialContext) -> None:

@@ -5,7 +5,9 @@ created (scheduling, image pulls, container start: see `rollout_runner.record`).
 part of it is here: waiting for the environment to become ready (in a trial Pod: the shim's
 ready signal), downloading the task archive (`tasks/<contentHash>.tar.gz`) into the runner's own
 work directory, which the environment cannot see (tests/ and solution/ stay hidden from the
-agent), and copying instruction.md to the instruction path. With an agent user, /logs/verifier,
+agent), resolving the `${VAR}`s of task.toml's [environment.env] from the agent's env (a
+variable it does not set is `task_invalid`, before any command of the agent), and copying
+instruction.md to the instruction path. With an agent user, /logs/verifier,
 /tests and /tmp/rllm are made root-only (0700) here, before the agent can touch them, and
 /logs/agent is given to the agent.
 """
@@ -18,6 +20,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+from rollout.api.envrefs import resolve_task_env
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.layout import task_archive_key
 from rollout.api.taskdir import INSTRUCTION, Task, load_task, require_oracle_solution, tree_hash
@@ -43,6 +46,16 @@ async def run(ctx: TrialContext) -> None:
         if task is None:
             return
         ctx.task = task
+        try:
+            ctx.task_env = resolve_task_env(
+                task.config.environment.env,
+                ctx.agent_env.values,
+                task=ctx.spec.task_name,
+                agent=ctx.spec.agent.name,
+            )
+        except InvalidInput as err:
+            ctx.record.fail(ErrorType.TASK_INVALID, f"The task's environment is invalid: {err}")
+            return
         try:
             await ctx.housekeeping(_prepare_script(ctx.agent_user), "preparing /logs")
             await ctx.environment.put_files(

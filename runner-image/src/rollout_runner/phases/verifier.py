@@ -4,9 +4,9 @@ It runs only when setup and the agent succeeded (the seed: an agent install or e
 skips the verifier) and the job did not disable it. By then every process of the agent is gone.
 /tests, /logs/verifier and /tmp/rllm are emptied first, so nothing the agent put there (a reward
 file of its own, a planted conftest.py) reaches the verifier or its reward. test.sh runs in the
-working directory as the verifier user (root when the agent has a user of its own), with task.toml's
-[verifier.env]; its stdout and stderr go to /logs/verifier/stdout.txt and stderr.txt, and so into
-the trial's logs/verifier/.
+working directory as the verifier user (root when the agent has a user of its own), with
+task.toml's [environment.env] and its [verifier.env] over it; its stdout and stderr go to
+/logs/verifier/stdout.txt and stderr.txt, and so into the trial's logs/verifier/.
 
 Outcome, by the seed's rules: a timeout is `verifier_timeout` and a non-zero exit is
 `verifier_failed`, both with reward null even when a reward file was written; otherwise the
@@ -66,7 +66,7 @@ async def _verify(ctx: TrialContext) -> None:
     log.info("running the verifier (timeout %gs, user %s)", timeout, user or "default")
     result = await ctx.run(
         TEST_COMMAND,
-        env=dict(ctx.task.config.verifier.env),
+        env={**ctx.task_env, **ctx.task.config.verifier.env},
         user=user,
         cwd=ctx.workdir,
         timeout_sec=timeout,
