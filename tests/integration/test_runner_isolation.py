@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from runner_kit import make_spec, publish_task, run_in_fake_container, trial_objects
 
-from fakecontainer import requires_fake_container
+from fakecontainer import requires_fake_container, shell_params
 from rollout.api.errors import ErrorType
 from rollout.storage import ObjectStore
 
@@ -107,3 +107,51 @@ async def test_a_spec_agent_user_applies_to_a_task_without_one(
     # /app is root's in the fake container: the agent could not write its answer there.
     assert report.result.error is not None
     assert report.result.error.type is ErrorType.AGENT_EXECUTION_FAILED
+
+
+ISOLATED_PROBE = """\
+id -u > /logs/agent/uid.txt; whoami > /logs/agent/whoami.txt; echo "$HOME" > /logs/agent/home.txt
+(echo 1 > /logs/verifier/reward.txt) 2> /logs/agent/write.out; echo $? > /logs/agent/write.rc
+(echo 1 > /tmp/rllm/reward.json) 2> /logs/agent/rllm.out; echo $? > /logs/agent/rllm.rc
+mkdir -p /app/rewards && echo 0.5 > /app/rewards/verifier.txt
+"""
+
+
+@pytest.mark.parametrize("shell", shell_params())
+async def test_an_isolated_agent_runs_as_a_created_user_and_cannot_write_the_reward(
+    tmp_path: Path, fast_retry_store: ObjectStore, shell: str
+) -> None:
+    # reward-files declares no agent user; the job's isolate_agents makes one. The verifier copies
+    # the agent's /app/rewards/verifier.txt (0.5) to reward.txt: it runs, as root, after the agent.
+    content_hash = publish_task(fast_retry_store, "reward-files")
+    spec = make_spec(
+        fast_retry_store,
+        "reward-files",
+        content_hash,
+        agent="probe",
+        execute=ISOLATED_PROBE,
+        isolateAgent=True,
+    )
+    report = await run_in_fake_container(tmp_path, spec, fast_retry_store, shell=shell)
+
+    assert report.result.error is None, report.error_text
+    assert report.result.reward == 0.5
+    objects = trial_objects(fast_retry_store, spec)
+    assert objects["logs/agent/uid.txt"] == b"10001\n"
+    assert objects["logs/agent/whoami.txt"] == b"rollout-agent\n"
+    assert objects["logs/agent/home.txt"] == b"/home/rollout-agent\n"
+    for probe in ("write", "rllm"):
+        assert objects[f"logs/agent/{probe}.rc"] != b"0\n", probe
+        assert b"Permission denied" in objects[f"logs/agent/{probe}.out"], probe
+
+
+async def test_a_task_declared_agent_user_wins_over_isolation(
+    tmp_path: Path, fast_retry_store: ObjectStore
+) -> None:
+    # hello-agent-user gives reward 1 only when the agent ran as its declared user `agent`.
+    content_hash = publish_task(fast_retry_store, "hello-agent-user")
+    spec = make_spec(fast_retry_store, "hello-agent-user", content_hash, isolateAgent=True)
+    report = await run_in_fake_container(tmp_path, spec, fast_retry_store)
+
+    assert report.result.error is None, report.error_text
+    assert report.result.reward == 1.0

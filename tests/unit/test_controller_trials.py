@@ -98,6 +98,17 @@ def test_a_trial_manifest_carries_everything_its_pod_needs() -> None:
     assert spec.task_content_hash == "c" * 64
 
 
+def test_the_jobs_isolate_agents_reaches_every_trial() -> None:
+    def isolated(rj: RolloutJob) -> object:
+        manifest = trial_manifest(
+            rj, planned(), namespace="ns", job_uid="u", storage=STORAGE, runner_image="r"
+        )
+        return RolloutTrial.model_validate(manifest).spec.isolate_agent
+
+    assert isolated(job(isolateAgents=True)) is True
+    assert isolated(job()) is False  # off by default
+
+
 def test_the_jobs_resource_overrides_win() -> None:
     rj = job(environment={"overrideCpus": 1, "overrideMemory": "2048", "overrideStorage": "30G"})
     spec = trial_manifest(

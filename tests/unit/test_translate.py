@@ -80,6 +80,7 @@ def two_agent_job() -> JobConfig:
             },
             "verifier": {"override_timeout_sec": 120, "max_timeout_sec": 600, "disable": False},
             "metrics": [{"type": "mean"}, {"type": "min"}, {"type": "sum"}],
+            "isolate_agents": True,
             "agents": [
                 {
                     "name": "Claude Code",
@@ -169,6 +170,7 @@ def test_spec_carries_every_job_setting() -> None:
         "disable": False,
     }
     assert spec["metrics"] == [{"type": "mean"}, {"type": "min"}, {"type": "sum"}]
+    assert spec["isolateAgents"] is True
     assert [d["name"] for d in spec["datasets"]] == ["hello", "tb"]
     assert spec["datasets"][0]["source"] == {"path": "/data/hello"}
     assert spec["datasets"][1]["digest"] == digest(1)

@@ -29,6 +29,10 @@ TESTS = "/tests"
 ORACLE = "/oracle"
 AGENT_SCRIPTS = "/installed-agent"
 
+ISOLATED_AGENT_USER = "rollout-agent"
+ISOLATED_AGENT_UID = 10001
+"""The unprivileged user a job's isolate_agents runs agents as, when the task declares none."""
+
 ANSWER_GRACE_SEC = 60.0
 """How long past a command's own timeout the runner waits for the environment to answer at all."""
 
@@ -76,12 +80,22 @@ class TrialContext:
         return self.spec.agent.name == ORACLE_AGENT
 
     @property
-    def agent_user(self) -> str | None:
-        """The agent's user: the spec's agentUser, else task.toml's [agent] user, else None."""
+    def declared_agent_user(self) -> str | None:
+        """The spec's agentUser, else task.toml's [agent] user, else None."""
         user = self.spec.agent_user
         if user is None and self.task is not None:
             user = self.task.config.agent.user
         return None if user is None else str(user)
+
+    @property
+    def creates_agent_user(self) -> bool:
+        """The job isolates agents and none is declared: the runner makes `ISOLATED_AGENT_USER`."""
+        return self.spec.isolate_agent and self.declared_agent_user is None
+
+    @property
+    def agent_user(self) -> str | None:
+        """The agent's user: the declared one, else the one the runner creates, else None."""
+        return ISOLATED_AGENT_USER if self.creates_agent_user else self.declared_agent_user
 
     @property
     def verifier_user(self) -> str | None:
@@ -144,9 +158,9 @@ class TrialContext:
                 f"while running {command.split(maxsplit=2)[:2]}"
             ) from None
 
-    async def housekeeping(self, script: str, what: str) -> None:
+    async def housekeeping(self, script: str, what: str, *, cwd: str | None = None) -> None:
         """Run one of the runner's own scripts as the environment's default user (root)."""
-        result = await self.run(script, timeout_sec=self.options.housekeeping_timeout_sec)
+        result = await self.run(script, timeout_sec=self.options.housekeeping_timeout_sec, cwd=cwd)
         if result.timed_out or result.exit_code != 0:
             why = (
                 f"timed out after {self.options.housekeeping_timeout_sec:g}s"

@@ -125,6 +125,13 @@ class JobSettings(ApiModel):
     metrics: list[Metric] = Field(
         default_factory=list, description="Job-level metrics over trial rewards."
     )
+    isolate_agents: bool = Field(
+        False,
+        strict=True,
+        exclude_if=lambda v: v is False,  # absent when off: resources of earlier versions stay
+        description="Run every agent whose task declares no [agent] user as an unprivileged user "
+        "(rollout-agent, uid 10001) created in the container; the verifier stays root.",
+    )
 
     @field_validator("jobs_dir", "instruction_path", mode="before")
     @classmethod

@@ -133,6 +133,7 @@ def trial_spec(
         verifier_disabled=spec.verifier.disable,
         agent_user=task.agent.user,
         verifier_user=task.verifier.user,
+        isolate_agent=spec.isolate_agents,
         workdir=task.environment.workdir,
         storage=storage,
         runner_image=runner_image,

@@ -9,7 +9,8 @@ agent), resolving the `${VAR}`s of task.toml's [environment.env] from the agent'
 variable it does not set is `task_invalid`, before any command of the agent), and copying
 instruction.md to the instruction path. With an agent user, /logs/verifier,
 /tests and /tmp/rllm are made root-only (0700) here, before the agent can touch them, and
-/logs/agent is given to the agent.
+/logs/agent is given to the agent. When the job isolates agents and none is declared, the agent
+user is created first (`rollout_runner.isolation`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,16 @@ from rollout.api.layout import task_archive_key
 from rollout.api.taskdir import INSTRUCTION, Task, load_task, require_oracle_solution, tree_hash
 from rollout.storage import ObjectNotFound, StorageError
 from rollout_runner.archive import extract_task_archive
-from rollout_runner.context import AGENT_LOGS, LOGS, TESTS, VERIFIER_LOGS, TrialContext
+from rollout_runner.context import (
+    AGENT_LOGS,
+    ISOLATED_AGENT_USER,
+    LOGS,
+    TESTS,
+    VERIFIER_LOGS,
+    TrialContext,
+)
 from rollout_runner.environment import EnvironmentFailure
+from rollout_runner.isolation import create_agent_user_script
 from rollout_runner.record import Phase
 from rollout_runner.reward import RLLM_DIR
 from rollout_runner.threads import in_daemon_thread
@@ -57,6 +66,9 @@ async def run(ctx: TrialContext) -> None:
             ctx.record.fail(ErrorType.TASK_INVALID, f"The task's environment is invalid: {err}")
             return
         try:
+            if ctx.creates_agent_user:
+                what = f"creating the agent user {ISOLATED_AGENT_USER}"
+                await ctx.housekeeping(create_agent_user_script(), what, cwd=ctx.workdir)
             await ctx.housekeeping(_prepare_script(ctx.agent_user), "preparing /logs")
             await ctx.environment.put_files(
                 task.path / INSTRUCTION, ctx.spec.instruction_path, owner=ctx.agent_user

@@ -107,6 +107,12 @@ class RolloutTrialSpec(ApiModel):
     verifier_user: User | None = Field(
         None, description="User (name or uid) the verifier runs as; default: the image's."
     )
+    isolate_agent: bool = Field(
+        False,
+        exclude_if=lambda v: v is False,  # absent when off: resources of earlier versions stay
+        description="Without an agent user (agentUser, or the task's [agent] user), run the "
+        "agent as an unprivileged user the runner creates in the container.",
+    )
     workdir: str | None = Field(
         None, description="Working directory for agent and verifier; default: the image's."
     )
