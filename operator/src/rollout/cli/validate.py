@@ -1,11 +1,13 @@
 """`rollout validate PATH...`: check tasks, datasets, job files, RolloutJob manifests and
 registries without running them.
 
-What a file is, is read from it: a YAML or JSON file with `apiVersion` and `kind` is a Kubernetes
-manifest (a RolloutJob is checked against the RolloutJob schema, as the cluster and the operator
-check it; a Secret beside it, as `rollout render` writes, is left alone); other YAML or JSON is a
-job.yaml; a JSON list is a registry. Prints `ok <path> (<kind>)` for each valid input, or each
-problem with its file and field, and exits 1 when anything is invalid.
+What a file is, is read from its content, not its name: a YAML or JSON file with `apiVersion` and
+`kind` is a Kubernetes manifest (a RolloutJob is checked against the RolloutJob schema, as the
+cluster and the operator check it; a Secret beside it, as `rollout render` writes, is left
+alone); JSON that is a list, or one registry dataset (it has `tasks`), or registry datasets under
+`datasets` without `agents`, is a registry; other YAML or JSON is a job.yaml. A file named
+registry.json is a registry unless it has `agents`. Prints `ok <path> (<kind>)` for each valid
+input, or each problem with its file and field, and exits 1 when anything is invalid.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
-from rollout.api.dataset import find_registry_dataset, load_local_dataset
+from rollout.api.dataset import find_registry_dataset, load_local_dataset, looks_like_registry
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobConfig, load_job
 from rollout.api.problems import problems_from_validation_error
@@ -76,7 +78,7 @@ def classify(path: Path) -> tuple[str, Callable[[Path], Any]]:
         if (path / "task.toml").exists():
             return "task", load_task
         return "dataset", load_local_dataset
-    if path.name == "registry.json" or (path.suffix == ".json" and _is_json_list(path)):
+    if path.suffix == ".json" and _is_registry(path):
         return "registry", load_registry
     if path.suffix in JOB_SUFFIXES:
         documents = _manifests(path)
@@ -155,11 +157,16 @@ def check_manifests(path: Path) -> None:
         raise InvalidInput(problems)
 
 
-def _is_json_list(path: Path) -> bool:
+def _is_registry(path: Path) -> bool:
+    """Whether a JSON file is a registry: by its content, or (when that says nothing, e.g. it is
+    not valid JSON) by its name."""
     try:
-        return isinstance(json.loads(path.read_text(encoding="utf-8")), list)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return path.name == "registry.json"  # the registry checks say what is wrong with it
+    if isinstance(data, dict) and "agents" in data:
         return False
+    return looks_like_registry(data) or path.name == "registry.json"
 
 
 def _missing(path: Path) -> None:
