@@ -51,7 +51,7 @@ def test_every_shared_task_and_dataset_is_ok(capsys: pytest.CaptureFixture[str])
 def test_job_with_local_dataset_and_registry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shutil.copytree(HARBOR, tmp_path / "tasks")
+    shutil.copytree(TERMINAL_BENCH, tmp_path / "tasks")
     registry = tmp_path / "registry.json"
     registry.write_text(
         json.dumps(
@@ -70,7 +70,8 @@ def test_job_with_local_dataset_and_registry(
         "name: demo\nagents:\n  - name: oracle\ndatasets:\n  - path: ./tasks\n"
         "  - registry:\n      path: ./registry.json\n    name: bench\n    version: '1.0'\n"
     )
-    code, lines = run(capsys, job, registry)
+    code = main(["validate", "--offline", str(job), str(registry)])
+    lines = capsys.readouterr().out.splitlines()
     assert (code, lines) == (0, [f"ok {job} (job)", f"ok {registry} (registry)"])
 
 
@@ -223,7 +224,7 @@ def test_a_registry_is_told_from_a_job_file_by_its_content(
 def test_a_job_file_named_like_a_registry_is_checked_as_a_job(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shutil.copytree(HARBOR, tmp_path / "tasks")
+    shutil.copytree(TERMINAL_BENCH, tmp_path / "tasks")
     job = tmp_path / "registry.json"
     job.write_text(json.dumps({"agents": [{"name": "oracle"}], "datasets": [{"path": "tasks"}]}))
     assert run(capsys, job) == (0, [f"ok {job} (job)"])

@@ -67,10 +67,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = parser.parse_args(arguments)
     env = os.environ if environ is None else environ
     try:
-        if args.command == "validate":
-            code: int = args.handler(args)
-        else:
-            code = args.handler(args, env)
+        code: int = args.handler(args, env)
     except InvalidInput as err:
         for problem in err.problems:
             print(f"error: {problem}", file=sys.stderr)
