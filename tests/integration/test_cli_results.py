@@ -23,7 +23,7 @@ from s3_kit import S3Settings
 from kubeharness.kube import Kube
 from kubeharness.resources import ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS
 from rollout.api.translate import resource_name
-from rollout.api.trials import trial_resource_name
+from rollout.api.trials import file_name, trial_resource_name
 
 pytestmark = pytest.mark.integration
 
@@ -123,6 +123,45 @@ async def test_download_and_logs_without_any_cluster_read_storage_only(
     assert (
         logs.stdout == "==> setup/stdout.txt <==\ninstalling oracle\n\n==> setup/stderr.txt <==\n"
     )
+
+
+async def test_names_too_long_for_a_file_name_download_into_cut_directories(
+    cli: Cli, s3_settings: S3Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 300-character dataset and task name once ended `rollout download` in a traceback
+    (ENAMETOOLONG): its trial's directory is cut, with a hash, in storage and on disk alike."""
+    dataset, task = "d" * 300, "t" * 300
+    await asyncio.to_thread(
+        write_results, s3_settings.store(), "long", {("oracle", dataset, task): 1.0}
+    )
+    nowhere = ["--kubeconfig", str(tmp_path / "no-kubeconfig"), *cli.storage_args()]
+    out = tmp_path / "out"
+    outcome = await cli.run(capsys, "download", "long", "--jobs-dir", str(out), *nowhere)
+    assert outcome.code == 0, outcome.stderr
+    local = local_tree(out / "long")
+    assert local == job_tree(s3_settings.store(), "long")
+    trial_dir = out / "long" / "oracle" / file_name(dataset) / f"{file_name(task, reserve=12)}__1"
+    assert (trial_dir / "result.json").is_file()
+    logs = await cli.run(
+        capsys, "logs", "long", str(trial_dir.relative_to(out / "long")), "--phase", "agent",
+        *nowhere,
+    )  # fmt: skip
+    assert logs.code == 0, logs.stderr
+    assert f"oracle working on {task}" in logs.stdout
+
+
+async def test_a_file_system_error_is_one_line_naming_the_path(
+    cli: Cli,
+    finished: dict[str, bytes],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    nowhere = ["--kubeconfig", str(tmp_path / "no-kubeconfig"), *cli.storage_args()]
+    outcome = await cli.run(capsys, "download", EVAL, "--jobs-dir", str(blocker), *nowhere)
+    assert outcome.code == 1
+    assert outcome.stderr.splitlines()[-1] == f"error: {blocker / EVAL}: Not a directory"
 
 
 # --- logs -------------------------------------------------------------------------------------

@@ -124,7 +124,8 @@ CASES = {
     ),
     "invalid YAML": Case(["{job}: invalid YAML at line 2"], text="name: x\n  agents: [\n"),
     "two datasets with one name": Case(
-        ["{job}: datasets[1].name: duplicate dataset name 'alpha' (also datasets[0])"],
+        ["{job}: datasets[1]: dataset name 'alpha' is also datasets[0]'s"],
+        contains="rename one of the directories or set `name` in its dataset.toml",
         text=BASE.replace("  - registry:", "  - path: ./other/alpha\n  - registry:"),
         prepare=second_alpha,
     ),

@@ -157,7 +157,8 @@ def test_a_version_is_needed_only_when_there_are_several() -> None:
 
 GOOD_TASK = {"name": "t", "git_url": "https://example.com/r.git", "path": "t"}
 MALFORMED = {
-    "an object": ({"name": "x", "tasks": []}, None, "must be a JSON list of datasets, found an"),
+    "one dataset": ({"name": "x", "tasks": []}, None, "is one dataset (name, version, tasks)"),
+    "an object": ({"name": "x"}, None, "must be a JSON list of datasets, found an object"),
     "a string": ("datasets", None, "must be a JSON list of datasets, found str"),
     "an item that is not an object": (["x"], "[0]", "valid dictionary"),
     "no name": ([{"version": "1", "tasks": []}], "[0].name", "Field required"),

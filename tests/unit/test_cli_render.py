@@ -38,9 +38,17 @@ datasets:
 """
 
 
+def copy_task(dataset: Path) -> None:
+    """hello-offline, with an image named (a task without one would need a build, which
+    render warns about)."""
+    task = shutil.copytree(DATA / "tasks" / "hello-offline", dataset / "hello-offline")
+    with (task / "task.toml").open("a") as toml:  # its last table is [environment]
+        toml.write('docker_image = "debian:bookworm-slim"\n')
+
+
 @pytest.fixture
 def job_file(tmp_path: Path) -> Path:
-    shutil.copytree(DATA / "tasks" / "hello-offline", tmp_path / "tasks" / "hello-offline")
+    copy_task(tmp_path / "tasks")
     path = tmp_path / "job.yaml"
     path.write_text(JOB)
     return path
@@ -175,7 +183,7 @@ def test_storage_and_runner_image_come_from_flags_environment_and_config(
 def test_a_job_without_variables_renders_no_secret_and_no_comment(
     tmp_path: Path, environ: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shutil.copytree(DATA / "tasks" / "hello-offline", tmp_path / "tasks" / "hello-offline")
+    copy_task(tmp_path / "tasks")
     job_file = tmp_path / "plain.yaml"
     job_file.write_text("name: plain\nagents:\n  - name: oracle\ndatasets:\n  - path: ./tasks\n")
     documents, out, err = render(capsys, environ, str(job_file))
@@ -187,12 +195,35 @@ def test_a_job_without_variables_renders_no_secret_and_no_comment(
 def test_an_invalid_job_renders_nothing(
     job_file: Path, environ: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    del environ["TOKEN"]
+    job_file.write_text(JOB.replace("./tasks", "./missing"))
     code = main(["render", str(job_file)], environ)
     captured = capsys.readouterr()
     assert code == 1
     assert captured.out == ""
     assert captured.err == (
-        f"error: {job_file}: agents[0].env.AUTH: environment variable TOKEN is not set "
-        "(agent 'coder' takes AUTH from ${TOKEN})\n"
+        f"error: {job_file}: datasets[0]: {job_file.parent / 'missing'}: dataset directory does "
+        "not exist\n"
     )
+
+
+def test_values_of_variables_are_needed_only_to_render_the_secret(
+    job_file: Path, environ: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --include-secrets no value is rendered, so none is needed: the Secret is made
+    later, where the values are (`kubectl create secret`, a secrets manager)."""
+    _, with_values, _ = render(capsys, environ, str(job_file))
+    del environ["TOKEN"], environ["MY_API_KEY"]
+    _, without, err = render(capsys, environ, str(job_file))
+    assert without == with_values
+    assert "kubectl create secret generic" in err
+
+    code = main(["render", str(job_file), "--include-secrets"], environ)
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"error: {job_file}: agents[0].env.MY_API_KEY: environment variable MY_API_KEY is not "
+        "set (agent 'coder' takes MY_API_KEY from ${MY_API_KEY})",
+        f"error: {job_file}: agents[0].env.AUTH: environment variable TOKEN is not set "
+        "(agent 'coder' takes AUTH from ${TOKEN})",
+    ]

@@ -51,7 +51,7 @@ def test_every_shared_task_and_dataset_is_ok(capsys: pytest.CaptureFixture[str])
 def test_job_with_local_dataset_and_registry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shutil.copytree(HARBOR, tmp_path / "tasks")
+    shutil.copytree(TERMINAL_BENCH, tmp_path / "tasks")
     registry = tmp_path / "registry.json"
     registry.write_text(
         json.dumps(
@@ -70,7 +70,8 @@ def test_job_with_local_dataset_and_registry(
         "name: demo\nagents:\n  - name: oracle\ndatasets:\n  - path: ./tasks\n"
         "  - registry:\n      path: ./registry.json\n    name: bench\n    version: '1.0'\n"
     )
-    code, lines = run(capsys, job, registry)
+    code = main(["validate", "--offline", str(job), str(registry)])
+    lines = capsys.readouterr().out.splitlines()
     assert (code, lines) == (0, [f"ok {job} (job)", f"ok {registry} (registry)"])
 
 
@@ -190,3 +191,40 @@ def test_a_directory_above_a_dataset_says_where_it_looked_and_where_the_tasks_ar
         "instruction.md, task.toml, environment/ and tests/test.sh); these hold tasks, and are "
         f"datasets: {REPO / 'examples' / 'tasks'}"
     ]
+
+
+def test_a_registry_is_told_from_a_job_file_by_its_content(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A registry not named registry.json that holds an object was checked as a job file and
+    reported as `agents: Field required`."""
+    dataset = {
+        "name": "bench",
+        "version": "1.0",
+        "tasks": [{"name": "t", "git_url": "file:///nowhere.git", "path": "t"}],
+    }
+    one = tmp_path / "bench.json"
+    one.write_text(json.dumps(dataset))
+    wrapped = tmp_path / "datasets.json"
+    wrapped.write_text(json.dumps({"datasets": [dataset]}))
+    listed = tmp_path / "my-registry.json"
+    listed.write_text(json.dumps([dataset]))
+    code, lines = run(capsys, one, wrapped, listed)
+    assert code == 1
+    assert lines == [
+        f"error {one}: a registry is a JSON list of datasets, and this is one dataset (name, "
+        "version, tasks) on its own: put it in a list, [{...}]",
+        f"error {wrapped}: a registry is a JSON list of datasets, and this is an object with "
+        "that list under `datasets` (and no agents, so it is no job file either): make the list "
+        "itself the file's content",
+        f"ok {listed} (registry)",
+    ]
+
+
+def test_a_job_file_named_like_a_registry_is_checked_as_a_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(TERMINAL_BENCH, tmp_path / "tasks")
+    job = tmp_path / "registry.json"
+    job.write_text(json.dumps({"agents": [{"name": "oracle"}], "datasets": [{"path": "tasks"}]}))
+    assert run(capsys, job) == (0, [f"ok {job} (job)"])

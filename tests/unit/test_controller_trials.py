@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rollout.api.errors import ErrorType
+from rollout.api.images import image_build_message
 from rollout.api.resources import RolloutJob, RolloutTrial, StorageSpec, TrialPhase
 from rollout.api.task import parse_task_config
 from rollout.api.trials import TrialKey
@@ -29,7 +30,6 @@ from rollout.controller.trials import (
     RetryPod,
     act,
     decide,
-    image_build_message,
     trial_manifest,
 )
 

@@ -152,3 +152,31 @@ def test_s3_uris() -> None:
         s3_uri("", "k")
     with pytest.raises(ValueError, match="s3://"):
         parse_s3_uri("https://results/k")
+
+
+def test_names_too_long_for_a_file_name_are_cut_with_a_hash() -> None:
+    """255 bytes is the limit of a path component on ext4, XFS, btrfs, APFS and NTFS: a longer
+    name would make `rollout download` fail with ENAMETOOLONG."""
+    long_task, other_task = "t" * 300, "t" * 299 + "u"
+    trial = trial_path("a" * 256, "d" * 300, long_task, 12)
+    assert [len(part.encode()) for part in trial.parts[:2]] == [255, 255]
+    assert len(trial.name.encode()) <= 255
+    assert trial.name.endswith("__12")
+    assert trial.name.startswith("t" * 200)
+    assert trial_path("a", "d", other_task, 12).name != trial.name
+    assert trial_path("a", "d", long_task, 1).name.removesuffix("__1") == trial.name.removesuffix(
+        "__12"
+    )
+    # the rule is the same for a job's own directory
+    assert len(job_prefix("", "j" * 300).split("/")[1].encode()) == 255
+    assert local_job_dir(Path("jobs"), "j" * 300).name == job_prefix("", "j" * 300).split("/")[1]
+
+
+def test_names_that_fit_are_kept_and_multibyte_names_are_cut_between_characters() -> None:
+    fits = "é" * 125  # 250 bytes, and "__1" makes 253
+    assert trial_path("a", "d", fits, 1).name == f"{fits}__1"
+    cut = trial_path("a", "d", "é" * 200, 1).name
+    assert len(cut.encode()) <= 255
+    assert cut.startswith("é" * 100)
+    # a cut name is itself a name that fits: naming a trial by its directory finds the same one
+    assert trial_path("a", "d", cut.removesuffix("__1"), 1).name == cut

@@ -178,11 +178,29 @@ class Registry:
     datasets: list[RegistryDataset]
 
 
+def looks_like_registry(data: Any) -> bool:
+    """Whether a file's content is meant as a registry rather than a job file: a list, one
+    registry dataset (it has `tasks`), or an object holding registry datasets under `datasets`
+    and no `agents` (a job's datasets name paths or registries, never tasks)."""
+    if isinstance(data, list):
+        return True
+    if not isinstance(data, dict) or "agents" in data:
+        return False
+    return "tasks" in data or _registry_datasets(data.get("datasets"))
+
+
+def _registry_datasets(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, dict) and "tasks" in item for item in value)
+    )
+
+
 def parse_registry(data: Any, source: str) -> Registry:
     """Validate registry.json content; problems name `source` and the index, e.g. [1].tasks[0]."""
     if not isinstance(data, list):
-        found = type(data).__name__ if not isinstance(data, dict) else "an object"
-        raise InvalidInput.one(source, None, f"must be a JSON list of datasets, found {found}")
+        raise InvalidInput.one(source, None, _not_a_list(data))
     datasets: list[RegistryDataset] = []
     problems: list[Problem] = []
     for index, item in enumerate(data):
@@ -195,6 +213,20 @@ def parse_registry(data: Any, source: str) -> Registry:
     if problems:
         raise InvalidInput(problems)
     return Registry(source=source, datasets=datasets)
+
+
+def _not_a_list(data: Any) -> str:
+    """What is wrong with a registry that is not a list, in the user's terms."""
+    lead = "a registry is a JSON list of datasets, and this is"
+    if isinstance(data, dict) and "tasks" in data:
+        return f"{lead} one dataset (name, version, tasks) on its own: put it in a list, [{{...}}]"
+    if isinstance(data, dict) and _registry_datasets(data.get("datasets")):
+        return (
+            f"{lead} an object with that list under `datasets` (and no agents, so it is no job "
+            "file either): make the list itself the file's content"
+        )
+    found = "an object" if isinstance(data, dict) else type(data).__name__
+    return f"must be a JSON list of datasets, found {found}"
 
 
 def find_registry_dataset(

@@ -19,14 +19,16 @@ one definition of a trial's place under its job, used for keys and for local pat
 Keys never start with a slash and never hold an empty, "." or ".." segment. Prefixes (the values
 of `job_prefix`, `trial_prefix`) end with a slash, so listing `jobs/a/` never also lists
 `jobs/ab/`. Names used as path components (job, agent, dataset, task) are checked: one that could
-escape its directory is a ValueError, never a silently rewritten path.
+escape its directory is a ValueError, never a silently rewritten path. A name too long for a file
+name (over 255 bytes) is cut and given a hash of the whole name (`rollout.api.trials.file_name`),
+the same in storage and on disk; every other name is used as it is.
 """
 
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from rollout.api.trials import trial_dir_name
+from rollout.api.trials import file_name, trial_dir_name
 
 CONFIG_JSON = "config.json"
 RESULT_JSON = "result.json"
@@ -82,15 +84,15 @@ def trial_path(agent: str, dataset: str, task: str, attempt: int) -> PurePosixPa
     if attempt < 1:
         raise ValueError(f"attempt must be at least 1, not {attempt}")
     return PurePosixPath(
-        check_component(agent, "agent name"),
-        check_component(dataset, "dataset name"),
+        file_name(check_component(agent, "agent name")),
+        file_name(check_component(dataset, "dataset name")),
         trial_dir_name(check_component(task, "task name"), attempt),
     )
 
 
 def job_prefix(prefix: str, job: str) -> str:
     """`<prefix>/jobs/<job>/`: everything a job writes."""
-    return f"{normalize_prefix(prefix)}jobs/{check_component(job, 'job name')}/"
+    return f"{normalize_prefix(prefix)}jobs/{file_name(check_component(job, 'job name'))}/"
 
 
 def job_config_key(prefix: str, job: str) -> str:
@@ -148,7 +150,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 
 def local_job_dir(jobs_dir: Path, job: str) -> Path:
     """`<jobs_dir>/<job>`: where the CLI puts a job's results."""
-    return jobs_dir / check_component(job, "job name")
+    return jobs_dir / file_name(check_component(job, "job name"))
 
 
 def local_trial_dir(

@@ -98,7 +98,7 @@ def job_to_rollout_job(
     *,
     namespace: str,
     datasets: Sequence[DatasetRef],
-    environ: Mapping[str, str],
+    environ: Mapping[str, str] | None,
     storage: StorageSpec | None = None,
     runner_image: str | None = None,
     secret_name: str | None = None,
@@ -115,14 +115,16 @@ def job_to_rollout_job(
 
     `datasets` are the job's datasets as published to storage, in job.yaml's order (one per
     entry); a ref without `source` gets the job.yaml entry. `environ` resolves `${VAR}`; an unset
-    variable is an InvalidInput naming the agent, the key and the variable. Without `name`, the
-    resource is named `resource_name(job.name)`.
+    variable is an InvalidInput naming the agent, the key and the variable. `environ=None` says
+    no value is wanted (`rollout render` without the Secret): nothing is resolved and no Secret
+    is returned, though the RolloutJob still reads its env from it (secretKeyRef). Without
+    `name`, the resource is named `resource_name(job.name)`.
     """
     if len(datasets) != len(job.datasets):
         raise ValueError(
             f"{len(job.datasets)} datasets in the job but {len(datasets)} dataset refs given"
         )
-    resolved = resolve_agent_env(job, environ, file=file)
+    resolved = resolve_agent_env(job, environ, file=file) if environ is not None else None
     rj_name = name or resource_name(job.name)
     secret = secret_name or agent_env_secret_name(rj_name)
 
@@ -134,7 +136,8 @@ def job_to_rollout_job(
         for key, text in agent.env.items():
             if env_references(text):
                 data_key = secret_key(agent.name, key)
-                secret_data[data_key] = resolved[agent.name][key]
+                if resolved is not None:
+                    secret_data[data_key] = resolved[agent.name][key]
                 templates.setdefault(agent.name, {})[key] = text
                 selector = SecretKeySelector(name=secret, key=data_key)
                 env.append(EnvVar(name=key, value_from=EnvVarSource(secret_key_ref=selector)))

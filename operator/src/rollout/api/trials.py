@@ -8,6 +8,11 @@ Resource names are derived only from (job, agent, dataset, task, attempt), so a 
 computes the same names and re-creates nothing. A name is readable (sanitised, shortened parts) and
 ends in a hash of the exact tuple, so names that sanitise alike ("My Agent" and "my-agent", long
 names sharing a prefix, names differing only in punctuation) still differ.
+
+Directory names (a trial's `<task>__<n>`, and the job, agent and dataset directories above it)
+keep the name as it is, as the seed's layout has it, unless it is too long for a file name:
+`file_name` cuts such a name and adds a hash of the whole name (`<start>-<hash>`), the one rule
+for every directory a name makes, in storage and on disk.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rollout.api.names import LABEL_AGENT, LABEL_DATASET, LABEL_JOB, LABEL_TASK, LABEL_TRIAL
+
+MAX_FILE_NAME_BYTES = 255
+"""The longest file name (one path component) ext4, XFS, btrfs, APFS and NTFS all take, in bytes
+of UTF-8 (NTFS counts UTF-16 units, never more than UTF-8 bytes)."""
+
+_ATTEMPT_ROOM = len("__") + 10
+"""Bytes kept free for `__<n>` when a task's name is cut (n_attempts never has 11 digits)."""
 
 MAX_NAME_LENGTH = 63
 """DNS-1123 label limit, which Pod names, label values and hostnames all respect."""
@@ -54,8 +66,26 @@ class TrialKey:
 
 
 def trial_dir_name(task: str, attempt: int) -> str:
-    """`<task>__<n>`, as the seed names a trial's directory."""
-    return f"{task}__{attempt}"
+    """`<task>__<n>`, as the seed names a trial's directory (the task's name cut by `file_name`
+    when the whole would be too long for a file name)."""
+    whole = f"{task}__{attempt}"
+    if len(whole.encode("utf-8", "surrogatepass")) <= MAX_FILE_NAME_BYTES:
+        return whole
+    # Cut with room for any attempt number, so every attempt of a task has the same start.
+    return f"{file_name(task, reserve=_ATTEMPT_ROOM)}__{attempt}"
+
+
+def file_name(name: str, *, reserve: int = 0) -> str:
+    """`name` as a directory name that leaves `reserve` bytes for a suffix: unchanged when it
+    fits in MAX_FILE_NAME_BYTES, else its start (cut between characters) and a hash of all of
+    it, `<start>-<hash>`. A result is itself a name that fits, so it maps to itself."""
+    budget = MAX_FILE_NAME_BYTES - reserve
+    encoded = name.encode("utf-8", "surrogatepass")
+    if len(encoded) <= budget:
+        return name
+    tail = f"-{_digest(name)}"
+    head = encoded[: budget - len(tail)].decode("utf-8", "ignore")  # drops a cut character
+    return head + tail
 
 
 def _no_duplicates(kind: str, names: Sequence[str], where: str = "") -> None:

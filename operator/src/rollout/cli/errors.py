@@ -11,6 +11,7 @@ Exit codes (the same for every command):
 
 from __future__ import annotations
 
+import os
 from enum import IntEnum
 
 
@@ -36,3 +37,14 @@ class Problems(CliError):
         self.messages = messages
         self.hint = hint
         super().__init__("\n".join(messages))
+
+
+def os_error_message(err: OSError) -> str:
+    """A file system error in one line that names the path: `<path>: <reason>`."""
+    reason = err.strerror or str(err)
+    if err.filename is None:
+        return reason
+    where = os.fsdecode(err.filename)
+    if err.filename2 is not None:
+        where += f" -> {os.fsdecode(err.filename2)}"
+    return f"{where}: {reason}"

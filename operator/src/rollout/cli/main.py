@@ -2,7 +2,8 @@
 
 `rollout JOB.yaml` is `rollout run JOB.yaml`: a first argument that is not a command (nor an
 option) is taken as a job file. Problems with the input are printed one a line with their file
-and field; errors of the cluster or of storage in one message, without a traceback.
+and field; errors of the cluster, of storage or of the file system in one message, without a
+traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from rollout.api.errors import InvalidInput
 from rollout.cli import cancel, download, logs, publish, release, render, run, status, validate
-from rollout.cli.errors import CliError, ExitCode, Problems
+from rollout.cli.errors import CliError, ExitCode, Problems, os_error_message
 from rollout.storage import StorageError
 
 EPILOG = """\
@@ -66,10 +67,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = parser.parse_args(arguments)
     env = os.environ if environ is None else environ
     try:
-        if args.command == "validate":
-            code: int = args.handler(args)
-        else:
-            code = args.handler(args, env)
+        code: int = args.handler(args, env)
     except InvalidInput as err:
         for problem in err.problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -82,6 +80,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return ExitCode.FAILED
     except (CliError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return ExitCode.FAILED
+    except OSError as err:  # a full disk, a name too long, a directory in the way, ...
+        print(f"error: {os_error_message(err)}", file=sys.stderr)
         return ExitCode.FAILED
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

@@ -1,9 +1,14 @@
 """From a job.yaml to everything `rollout run` and `rollout render` need, with nothing written.
 
-`prepare_job` loads the job, resolves every `${VAR}` of agent env from the environment, loads
-every dataset (local directories; registry datasets fetched with git into the cache) and computes
-each dataset's bundle manifest and content address. Every problem found is reported at once, each
-naming the file and the field, and nothing has touched storage or the cluster yet.
+`check_job` is every check of a job file that run, render and validate make, in one place so that
+they cannot drift: the file itself; the environment type; every `${VAR}` of agent env (unset:
+an error, a warning, or not looked at when no value is needed); every dataset loaded (local
+directories; registry datasets fetched with git into the cache, unless told not to fetch); two
+datasets of one name; and, as warnings, what will fail a task's trials (an image it would have
+to build). Every problem found is reported at once, each naming the file and the field, and
+nothing has touched storage or the cluster yet.
+
+`prepare_job` adds each dataset's bundle manifest and content address.
 
 `environment.type: docker` (job.yaml's default) means "run it in containers"; submitted to a
 cluster that is a Pod per trial, so it becomes `kubernetes` here (in the RolloutJob; the job's
@@ -14,18 +19,27 @@ e2b) are refused: the bridge controller that will run them does not exist yet.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from rollout.api.dataset import Dataset, find_registry_dataset, load_local_dataset
+from rollout.api.dataset import (
+    DATASET_TOML,
+    Dataset,
+    RegistryDataset,
+    find_registry_dataset,
+    load_local_dataset,
+)
 from rollout.api.environment import EnvironmentType
 from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
+from rollout.api.images import image_build_message
 from rollout.api.job import JobConfig, JobDataset, read_job_file
 from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
+from rollout.api.taskdir import TASK_TOML
 from rollout.api.translate import job_to_rollout_job
 from rollout.datasets.bundle import build_manifest
 from rollout.datasets.registry import fetch_registry_dataset, load_registry
@@ -61,6 +75,32 @@ class PreparedJob:
     content: dict[str, Any]
     """The job file as written (type docker still docker, paths relative, `${VAR}` as text):
     the job's config.json."""
+    warnings: list[Problem] = field(default_factory=list)
+    """What check_job found that does not stop the job: say it before it starts."""
+
+
+class EnvValues(Enum):
+    """What an unset `${VAR}` of agent env is: it depends on whether its value is needed."""
+
+    REQUIRED = "required"
+    """An error: the values go into the Secret (rollout run, render --include-secrets)."""
+    WARN = "warn"
+    """A warning: the values are not here yet (rollout validate --no-env)."""
+    UNUSED = "unused"
+    """Not looked at: no Secret is made here (rollout render without --include-secrets)."""
+
+
+@dataclass(frozen=True)
+class CheckedJob:
+    """A job file with every check made (see the module docstring)."""
+
+    file: Path
+    job: JobConfig
+    """As read: dataset paths absolute, environment.type not yet mapped."""
+    content: dict[str, Any]
+    datasets: list[Dataset | None]
+    """In job.yaml's order; None for a registry dataset that was not fetched."""
+    warnings: list[Problem]
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:
@@ -73,26 +113,58 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
     return Path(base or os.path.join(home, ".cache")) / "rollout"
 
 
-def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> PreparedJob:
-    """Load and check everything about the job (see the module docstring)."""
+def check_job(
+    path: Path,
+    environ: Mapping[str, str],
+    *,
+    cache: Path,
+    env_values: EnvValues = EnvValues.REQUIRED,
+    fetch: bool = True,
+) -> CheckedJob:
+    """Every check of a job file that run, render and validate make; InvalidInput with every
+    problem at once. `fetch=False` (validate --offline) finds registry datasets in their
+    registry without fetching their tasks."""
     read = read_job_file(path)
     job = read.job
     problems: list[Problem] = []
+    warnings: list[Problem] = []
     if refusal := job.environment.type.refusal_on_cluster():
         problems.append(Problem(str(path), "environment.type", f"is {refusal}"))
-    try:
-        resolve_agent_env(job, environ, file=path)
-    except InvalidInput as err:
-        problems.extend(err.problems)
-    datasets: list[PreparedDataset] = []
+    if env_values is not EnvValues.UNUSED:
+        try:
+            resolve_agent_env(job, environ, file=path)
+        except InvalidInput as err:
+            (problems if env_values is EnvValues.REQUIRED else warnings).extend(err.problems)
+    datasets: list[Dataset | None] = []
     for index, entry in enumerate(job.datasets):
         try:
-            source = _relative_source(entry, path.parent)
-            datasets.append(prepare_dataset(entry, cache, source=source))
+            datasets.append(load_dataset(entry, cache) if fetch else _find_dataset(entry))
         except InvalidInput as err:
             problems.extend(Problem(str(path), f"datasets[{index}]", str(p)) for p in err.problems)
+            datasets.append(None)
+    problems += _shared_dataset_names(path, job.datasets, datasets)
+    # What will fail or change a task's trials once the job runs: warnings, one call a rule.
+    loaded = [d for d in datasets if d is not None]
+    warnings += _build_warnings(loaded, force_build=job.environment.force_build)
     if problems:
         raise InvalidInput(problems)
+    return CheckedJob(path, job, read.content, datasets, warnings)
+
+
+def prepare_job(
+    path: Path,
+    environ: Mapping[str, str],
+    *,
+    cache: Path,
+    env_values: EnvValues = EnvValues.REQUIRED,
+) -> PreparedJob:
+    """check_job, then each dataset's manifest and content address (hashes every task)."""
+    checked = check_job(path, environ, cache=cache, env_values=env_values)
+    job = checked.job
+    datasets: list[PreparedDataset] = []
+    for entry, dataset in zip(job.datasets, checked.datasets, strict=True):
+        assert dataset is not None  # fetched: check_job raised for any that could not be
+        datasets.append(_bundled(dataset, _relative_source(entry, path.parent)))
     explicit_docker = (
         "type" in job.environment.model_fields_set
         and job.environment.type is EnvironmentType.DOCKER
@@ -103,17 +175,78 @@ def prepare_job(path: Path, environ: Mapping[str, str], *, cache: Path) -> Prepa
         job=job,
         datasets=datasets,
         docker_mapped=explicit_docker,
-        content=read.content,
+        content=checked.content,
+        warnings=checked.warnings,
     )
+
+
+def _find_dataset(entry: JobDataset) -> Dataset | None:
+    """A local dataset loaded, or a registry dataset found in its registry (not fetched)."""
+    if entry.path is not None:
+        return load_local_dataset(entry.path)
+    _registry_entry(entry)
+    return None
+
+
+def _shared_dataset_names(
+    path: Path, entries: Sequence[JobDataset], datasets: Sequence[Dataset | None]
+) -> list[Problem]:
+    """Two datasets of one name would write their trials to the same directories."""
+    problems: list[Problem] = []
+    first: dict[str, int] = {}
+    for index, (entry, dataset) in enumerate(zip(entries, datasets, strict=True)):
+        name = dataset.name if dataset is not None else entry.name
+        if name is None:  # a local dataset that could not be loaded: reported already
+            continue
+        if name not in first:
+            first[name] = index
+            continue
+        other = first[name]
+        local = [i for i in (other, index) if entries[i].path is not None]
+        if local:
+            fix = (
+                f"rename one of the directories or set `name` in its {DATASET_TOML}"
+                if len(local) == 2
+                else f"rename the directory of datasets[{local[0]}] or set `name` in its "
+                f"{DATASET_TOML}"
+            )
+        else:
+            fix = "two registry datasets of one name cannot run in one job; run them as two jobs"
+        message = (
+            f"dataset name {name!r} is also datasets[{other}]'s, and the two datasets' trials "
+            f"would share result directories (<agent>/{name}/): {fix}"
+        )
+        problems.append(Problem(str(path), f"datasets[{index}]", message))
+    return problems
+
+
+def _build_warnings(datasets: Sequence[Dataset], *, force_build: bool) -> list[Problem]:
+    """Tasks whose trials will fail with environment_build_failed: their image needs a build."""
+    warnings: list[Problem] = []
+    for dataset in datasets:
+        for task in dataset.tasks:
+            message = image_build_message(task.name, task.config, force_build=force_build)
+            if message is not None:
+                warnings.append(
+                    Problem(
+                        str(task.path / TASK_TOML),
+                        "environment.docker_image",
+                        f"its trials will fail with environment_build_failed: {message}",
+                    )
+                )
+    return warnings
 
 
 def prepare_dataset(
     entry: JobDataset, cache: Path, *, source: JobDataset | None = None
 ) -> PreparedDataset:
     """Load one dataset and compute its manifest and content address (hashes every task)."""
-    dataset = load_dataset(entry, cache)
+    return _bundled(load_dataset(entry, cache), source or entry)
+
+
+def _bundled(dataset: Dataset, source: JobDataset) -> PreparedDataset:
     manifest = build_manifest(dataset)
-    return PreparedDataset(dataset, manifest, manifest_digest(manifest), source or entry)
+    return PreparedDataset(dataset, manifest, manifest_digest(manifest), source)
 
 
 def load_dataset(entry: JobDataset, cache: Path) -> Dataset:
@@ -121,23 +254,28 @@ def load_dataset(entry: JobDataset, cache: Path) -> Dataset:
     git into `cache/git`."""
     if entry.path is not None:
         return load_local_dataset(entry.path)
+    return fetch_registry_dataset(_registry_entry(entry), cache / "git")
+
+
+def _registry_entry(entry: JobDataset) -> RegistryDataset:
+    """A registry dataset entry of job.yaml found in its registry."""
     # JobDataset's validator: a dataset without a path has a registry and a name.
     assert entry.registry is not None
     assert entry.name is not None
     registry = load_registry(entry.registry.location)
-    found = find_registry_dataset(registry, entry.name, entry.version)
-    return fetch_registry_dataset(found, cache / "git")
+    return find_registry_dataset(registry, entry.name, entry.version)
 
 
 def build_resources(
     prepared: PreparedJob,
     *,
     namespace: str,
-    environ: Mapping[str, str],
+    environ: Mapping[str, str] | None,
     storage: StorageSpec | None,
     runner_image: str | None,
 ) -> tuple[RolloutJob, dict[str, Any] | None]:
-    """The RolloutJob and its agent env Secret (None when no value has `${VAR}`)."""
+    """The RolloutJob and its agent env Secret (None when no value has `${VAR}`, or when
+    `environ` is None: no value wanted)."""
     return job_to_rollout_job(
         prepared.job,
         namespace=namespace,

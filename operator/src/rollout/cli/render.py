@@ -14,7 +14,7 @@ from your environment is printed to stderr (create it before applying; with a se
 make a Secret of that name and keys). A Secret with empty values is not rendered either: applied
 by a GitOps tool it would wipe the real values. `--include-secrets` renders the Secret with the
 values from the environment, for pipelines that encrypt it (Sealed Secrets, SOPS) before it
-reaches git.
+reaches git; only then must every `${VAR}` be set.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from rollout.api.resources import RolloutJob
 from rollout.api.translate import secret_key
 from rollout.cli import config
 from rollout.cli.errors import ExitCode
-from rollout.cli.prepare import build_resources, cache_dir, prepare_job
+from rollout.cli.prepare import EnvValues, build_resources, cache_dir, prepare_job
 from rollout.cli.publish import publish_datasets
 
 _LONE_DOLLAR = re.compile(r"\$(?!\{[A-Za-z_][A-Za-z0-9_]*\})")
@@ -73,11 +73,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     settings = config.resolve(args, environ)
-    prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ))
+    # The `${VAR}` values are needed only for the Secret, which only --include-secrets renders.
+    env_values = EnvValues.REQUIRED if args.include_secrets else EnvValues.UNUSED
+    prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ), env_values=env_values)
+    for warning in prepared.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     rollout_job, secret = build_resources(
         prepared,
         namespace=args.namespace or "",
-        environ=environ,
+        environ=environ if args.include_secrets else None,
         storage=settings.storage_spec(),
         runner_image=settings.runner_image,
     )
@@ -87,9 +91,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             print(report.describe(store), file=sys.stderr)
     documents: list[str] = []
     job_manifest = _without_empty_namespace(rollout_job.manifest())
-    if secret is not None and not args.include_secrets:
-        command = create_secret_command(rollout_job, secret, args.namespace)
-        documents.append(_secret_comment(secret["metadata"]["name"], command) + _dump(job_manifest))
+    secret_name = agent_env_secret_ref(rollout_job)
+    if secret_name is not None and not args.include_secrets:
+        command = create_secret_command(rollout_job, secret_name, args.namespace)
+        documents.append(_secret_comment(secret_name, command) + _dump(job_manifest))
         print(f"create the agent env Secret before applying:\n  {command}", file=sys.stderr)
     else:
         if secret is not None:
@@ -99,15 +104,22 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return ExitCode.OK
 
 
-def create_secret_command(
-    rollout_job: RolloutJob, secret: Mapping[str, Any], namespace: str | None
-) -> str:
+def agent_env_secret_ref(rollout_job: RolloutJob) -> str | None:
+    """The name of the Secret the RolloutJob's agent env reads, if any."""
+    for agent in rollout_job.spec.agents:
+        for var in agent.env:
+            if var.value_from is not None:
+                return var.value_from.secret_key_ref.name
+    return None
+
+
+def create_secret_command(rollout_job: RolloutJob, secret_name: str, namespace: str | None) -> str:
     """`kubectl create secret generic NAME "--from-literal=KEY=${VAR}" ...`: the shell that runs
     it fills in the values from its environment, as `rollout run` takes them from its own."""
     templates: dict[str, dict[str, str]] = json.loads(
         rollout_job.metadata.annotations.get(AGENT_ENV_ANNOTATION, "{}")
     )
-    parts = ["kubectl create secret generic", str(secret["metadata"]["name"])]
+    parts = ["kubectl create secret generic", secret_name]
     if namespace:
         parts.append(f"--namespace {namespace}")
     for agent, env in templates.items():

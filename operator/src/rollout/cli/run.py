@@ -118,6 +118,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     name = str(rollout_job.metadata.name)
     if prepared.docker_mapped:
         note("environment.type docker: each trial runs as a Pod in the cluster (kubernetes)")
+    for problem in prepared.warnings:
+        note(f"warning: {problem}")
     if warning := settings.loopback_warning():
         note(f"warning: {warning}")
 

@@ -1,11 +1,19 @@
 """`rollout validate PATH...`: check tasks, datasets, job files, RolloutJob manifests and
 registries without running them.
 
-What a file is, is read from it: a YAML or JSON file with `apiVersion` and `kind` is a Kubernetes
-manifest (a RolloutJob is checked against the RolloutJob schema, as the cluster and the operator
-check it; a Secret beside it, as `rollout render` writes, is left alone); other YAML or JSON is a
-job.yaml; a JSON list is a registry. Prints `ok <path> (<kind>)` for each valid input, or each
-problem with its file and field, and exits 1 when anything is invalid.
+What a file is, is read from its content, not its name: a YAML or JSON file with `apiVersion` and
+`kind` is a Kubernetes manifest (a RolloutJob is checked against the RolloutJob schema, as the
+cluster and the operator check it; a Secret beside it, as `rollout render` writes, is left
+alone); JSON that is a list, or one registry dataset (it has `tasks`), or registry datasets under
+`datasets` without `agents`, is a registry; other YAML or JSON is a job.yaml. A file named
+registry.json is a registry unless it has `agents`. Prints `ok <path> (<kind>)` for each valid
+input, or each problem with its file and field, and exits 1 when anything is invalid.
+
+A job file gets every check `rollout run` and `rollout render` make, in their words (they share
+`rollout.cli.prepare.check_job`): each `${VAR}` of agent env must be set here (--no-env: a
+warning), registry datasets are fetched with git to check their commits and tasks (--offline:
+only found in their registry), and what will fail trials once the job runs is a warning.
+Warnings never change the exit status.
 """
 
 from __future__ import annotations
@@ -13,19 +21,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 from pydantic import ValidationError
 
-from rollout.api.dataset import find_registry_dataset, load_local_dataset
+from rollout.api.dataset import load_local_dataset, looks_like_registry
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import JobConfig, load_job
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
 from rollout.api.taskdir import load_task
+from rollout.cli.prepare import EnvValues, cache_dir, check_job
 from rollout.datasets.registry import load_registry
 
 EPILOG = """\
@@ -34,6 +43,7 @@ examples:
   rollout validate ./tasks                    a dataset: a directory of task directories
   rollout validate job.yaml registry.json     a job file and a registry of datasets
   rollout validate rolloutjob.yaml            a RolloutJob manifest (GitOps)
+  rollout validate --no-env --offline job.yaml   in CI: no secrets, no network
 """
 
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
@@ -48,63 +58,81 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    parser.add_argument(
+        "--no-env",
+        action="store_true",
+        help="an unset ${VAR} of agent env is a warning, not an error (values set elsewhere)",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="do not fetch registry datasets' tasks with git (their commits go unchecked)",
+    )
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    return validate_paths(args.paths, sys.stdout)
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    checks = JobChecks(
+        environ,
+        cache=cache_dir(environ),
+        env_values=EnvValues.WARN if args.no_env else EnvValues.REQUIRED,
+        fetch=not args.offline,
+    )
+    return validate_paths(args.paths, sys.stdout, checks)
 
 
-def validate_paths(paths: list[Path], out: TextIO) -> int:
+@dataclass(frozen=True)
+class JobChecks:
+    """How a job file is checked: the environment its `${VAR}` come from, where registry
+    datasets are fetched to, and what --no-env and --offline asked for."""
+
+    environ: Mapping[str, str]
+    cache: Path
+    env_values: EnvValues = EnvValues.REQUIRED
+    fetch: bool = True
+
+    def check(self, path: Path) -> list[Problem]:
+        """A job file is valid when run would accept it; its warnings."""
+        return check_job(
+            path, self.environ, cache=self.cache, env_values=self.env_values, fetch=self.fetch
+        ).warnings
+
+
+def validate_paths(paths: list[Path], out: TextIO, checks: JobChecks) -> int:
     failed = False
     for path in paths:
-        kind, check = classify(path)
+        kind, check = classify(path, checks)
         try:
-            check(path)
+            warnings = check(path)
         except InvalidInput as err:
             failed = True
             for problem in err.problems:
                 print(f"error {problem}", file=out)
         else:
+            for warning in warnings if isinstance(warnings, list) else []:
+                print(f"warning {warning}", file=out)
             print(f"ok {path} ({kind})", file=out)
     return 1 if failed else 0
 
 
-def classify(path: Path) -> tuple[str, Callable[[Path], Any]]:
-    """Decide what a path is from its shape, so that each kind gets its own checks."""
+def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]:
+    """Decide what a path is from its shape, so that each kind gets its own checks. A check
+    raises InvalidInput, or returns its warnings (a list of Problems) or anything else."""
     if path.is_dir():
         if (path / "task.toml").exists():
             return "task", load_task
         return "dataset", load_local_dataset
-    if path.name == "registry.json" or (path.suffix == ".json" and _is_json_list(path)):
+    if path.suffix == ".json" and _is_registry(path):
         return "registry", load_registry
     if path.suffix in JOB_SUFFIXES:
         documents = _manifests(path)
         if documents:
             kinds = sorted({str(d.get("kind")) for d in documents if d.get("kind") != "Secret"})
             return ", ".join(kinds) or "Secret", check_manifests
-        return "job", check_job
+        return "job", checks.check
     if not path.exists():
         return "path", _missing
     return "file", _unknown_kind
-
-
-def check_job(path: Path) -> JobConfig:
-    """A job file is valid when it parses and every dataset it names can be found."""
-    job = load_job(path)
-    problems: list[Problem] = []
-    for index, spec in enumerate(job.datasets):
-        try:
-            if spec.path is not None:
-                load_local_dataset(spec.path)
-            elif spec.registry is not None and spec.name is not None:
-                registry = load_registry(spec.registry.location)
-                find_registry_dataset(registry, spec.name, spec.version)
-        except InvalidInput as err:
-            problems.extend(Problem(str(path), f"datasets[{index}]", str(p)) for p in err.problems)
-    if problems:
-        raise InvalidInput(problems)
-    return job
 
 
 def _manifests(path: Path) -> list[dict[str, Any]] | None:
@@ -155,11 +183,16 @@ def check_manifests(path: Path) -> None:
         raise InvalidInput(problems)
 
 
-def _is_json_list(path: Path) -> bool:
+def _is_registry(path: Path) -> bool:
+    """Whether a JSON file is a registry: by its content, or (when that says nothing, e.g. it is
+    not valid JSON) by its name."""
     try:
-        return isinstance(json.loads(path.read_text(encoding="utf-8")), list)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return path.name == "registry.json"  # the registry checks say what is wrong with it
+    if isinstance(data, dict) and "agents" in data:
         return False
+    return looks_like_registry(data) or path.name == "registry.json"
 
 
 def _missing(path: Path) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from rollout.api.errors import ErrorType
 from rollout.api.failures import BUILD_NOT_RUN
+from rollout.api.images import image_build_message
 from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec, TrialPhase
 from rollout.api.results import JobResult
 from rollout.controller.config import OperatorConfig
@@ -62,7 +63,6 @@ from rollout.controller.trials import (
     TrialAction,
     decide,
     fail_trial,
-    image_build_message,
     trial_manifest,
 )
 from rollout.controller.ttl import seconds_until_expiry

@@ -68,26 +68,8 @@ from rollout.controller.trial_status import (
 UNBUILT_IMAGE = "unbuilt"
 """spec.image of a trial whose image would have to be built (the field is required)."""
 
-BUILD_UNSUPPORTED = (
-    "In-cluster image builds are not supported yet: task {task!r} {why}. Set "
-    "environment.docker_image in the task's task.toml to a pre-built image{and_force}."
-)
-
 
 # --- a new trial ----------------------------------------------------------------------------------
-
-
-def image_build_message(task_name: str, task: TaskConfig, *, force_build: bool) -> str | None:
-    """The trial's environment_build_failed message when its image would need a build."""
-    if task.environment.docker_image and not force_build:
-        return None
-    if force_build:
-        why = "needs a build because the job sets environment.force_build"
-        and_force = ", and unset force_build in the job"
-    else:
-        why = "has no environment.docker_image, so its environment/Dockerfile would be built"
-        and_force = ""
-    return BUILD_UNSUPPORTED.format(task=task_name, why=why, and_force=and_force)
 
 
 def effective_resources(task: TaskConfig, job: RolloutJob) -> TrialResources:

@@ -1,0 +1,31 @@
+"""Which tasks need an image build, and what is said about them while this version has no
+builder.
+
+A task runs in its `environment.docker_image` as it is; without one, or when the job sets
+`environment.force_build`, its environment/Dockerfile would have to be built, which this version
+cannot do. The operator fails such a task's trials with `environment_build_failed` and this
+message; `rollout validate`, `rollout run` and `rollout render` warn with the same words before
+the job starts.
+"""
+
+from __future__ import annotations
+
+from rollout.api.task import TaskConfig
+
+BUILD_UNSUPPORTED = (
+    "In-cluster image builds are not supported yet: task {task!r} {why}. Set "
+    "environment.docker_image in the task's task.toml to a pre-built image{and_force}."
+)
+
+
+def image_build_message(task_name: str, task: TaskConfig, *, force_build: bool) -> str | None:
+    """The trial's environment_build_failed message when its image would need a build."""
+    if task.environment.docker_image and not force_build:
+        return None
+    if force_build:
+        why = "needs a build because the job sets environment.force_build"
+        and_force = ", and unset force_build in the job"
+    else:
+        why = "has no environment.docker_image, so its environment/Dockerfile would be built"
+        and_force = ""
+    return BUILD_UNSUPPORTED.format(task=task_name, why=why, and_force=and_force)
