@@ -94,8 +94,34 @@ def test_a_task_without_a_solution(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as caught:
         require_oracle_solution(task)
     (problem,) = caught.value.problems
-    assert problem.file == str(task_dir / "solution" / "solve.sh")
-    assert "the oracle agent needs solution/solve.sh" in problem.message
+    assert problem.file == str(task_dir)
+    assert problem.message == (
+        "the oracle agent needs solution/solve.sh (or, as in seed 004, solve.sh at the task "
+        "root), and the task has neither"
+    )
+    assert caught.value.error_type is ErrorType.TASK_INVALID
+
+
+def test_a_solve_sh_at_the_task_root_is_the_oracle_s_solution(tmp_path: Path) -> None:
+    # Seed 004: solve.sh at the root, where solution/solve.sh is absent.
+    task_dir = make_task(tmp_path)
+    shutil.rmtree(task_dir / "solution")
+    (task_dir / "solve.sh").write_text("#!/bin/sh\ntrue\n")
+    task = load_task(task_dir)
+    assert task.solution == "solve.sh"
+    require_oracle_solution(task)
+    # Both: solution/solve.sh is the one (the seed's own layout).
+    (task_dir / "solution").mkdir()
+    (task_dir / "solution" / "solve.sh").write_text("#!/bin/sh\ntrue\n")
+    assert load_task(task_dir).solution == "solution/solve.sh"
+
+
+def test_a_solve_sh_at_the_root_that_is_not_a_file_is_invalid(tmp_path: Path) -> None:
+    task_dir = make_task(tmp_path)
+    (task_dir / "solve.sh").mkdir()
+    with pytest.raises(InvalidInput) as caught:
+        load_task(task_dir)
+    assert str(caught.value) == f"{task_dir / 'solve.sh'}: is a directory, expected a file"
     assert caught.value.error_type is ErrorType.TASK_INVALID
 
 
