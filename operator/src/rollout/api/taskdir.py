@@ -79,6 +79,9 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
         raise InvalidInput.one(
             path, None, "task directory does not exist", ErrorType.TASK_NOT_FOUND
         )
+    if path.is_symlink() and not path.exists():
+        message = f"is a symbolic link to {os.readlink(path)!r}, which does not exist"
+        raise InvalidInput.one(path, None, message, ErrorType.TASK_NOT_FOUND)
     if not path.is_dir():
         raise InvalidInput.one(
             path, None, f"is not a directory ({TASK_SHAPE})", ErrorType.TASK_NOT_FOUND
@@ -102,6 +105,55 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
         instruction=instruction,
         solution=_solution(path),
     )
+
+
+@dataclass(frozen=True)
+class BrokenTask:
+    """A task that cannot run: its trials fail with `error_type` and `message`, with no Pod."""
+
+    name: str
+    path: Path
+    error_type: ErrorType
+    """task_invalid or task_not_found."""
+    problems: tuple[Problem, ...]
+    """Every problem found, naming files on this machine (for the person at it)."""
+
+    @property
+    def message(self) -> str:
+        """The trial's error message: the same on every machine (paths relative to the task),
+        as it is part of the published dataset's manifest and so of its content address."""
+        what = "was not found" if self.error_type is ErrorType.TASK_NOT_FOUND else "is invalid"
+        details = "; ".join(_relative(problem, self.path) for problem in self.problems)
+        return f"Task {self.name!r} {what}: {details}"
+
+
+def load_task_or_broken(path: str | Path, *, name: str | None = None) -> Task | BrokenTask:
+    """`load_task`, with a broken task kept as a `BrokenTask` instead of raised."""
+    try:
+        return load_task(path, name=name)
+    except InvalidInput as err:
+        path = Path(path).absolute()
+        return BrokenTask(
+            name=name or _directory_name(path),
+            path=path,
+            error_type=err.error_type or ErrorType.TASK_INVALID,
+            problems=tuple(err.problems),
+        )
+
+
+def _relative(problem: Problem, root: Path) -> str:
+    """The problem with its file named relative to the task (`task.toml: ...`)."""
+    file = Path(problem.file)
+    if file == root:
+        return problem.message if problem.field is None else f"{problem.field}: {problem.message}"
+    if file.is_relative_to(root):
+        return str(Problem(file.relative_to(root).as_posix(), problem.field, problem.message))
+    return str(problem)
+
+
+def no_solution_message(task_name: str) -> str:
+    """The task_invalid message of the oracle's trials of a task without a solution script."""
+    return f"Task {task_name!r} is invalid: {NO_SOLUTION}"
 
 
 def require_oracle_solution(task: Task) -> None:
