@@ -5,6 +5,11 @@ every dataset (local directories; registry datasets fetched with git into the ca
 each dataset's bundle manifest and content address. Every problem found is reported at once, each
 naming the file and the field, and nothing has touched storage or the cluster yet.
 
+A broken task does not stop the job: its trials fail with its error (task_invalid,
+task_not_found) and start nothing, and so do the oracle's trials of a task without a solution.
+`task_problems` lists those tasks, for `rollout run` to say before it starts (and to refuse the
+job with `--strict`) and for `rollout validate`.
+
 `environment.type: docker` (job.yaml's default) means "run it in containers"; submitted to a
 cluster that is a Pod per trial, so it becomes `kubernetes` here (in the RolloutJob; the job's
 config.json keeps the file as written, docker included). Other types (modal, daytona,
@@ -14,7 +19,7 @@ e2b) are refused: the bridge controller that will run them does not exist yet.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,8 @@ from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobConfig, JobDataset, read_job_file
 from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
+from rollout.api.rules import ORACLE_AGENT
+from rollout.api.taskdir import BrokenTask, no_solution_message
 from rollout.api.translate import job_to_rollout_job
 from rollout.datasets.bundle import build_manifest
 from rollout.datasets.registry import fetch_registry_dataset, load_registry
@@ -61,6 +68,34 @@ class PreparedJob:
     content: dict[str, Any]
     """The job file as written (type docker still docker, paths relative, `${VAR}` as text):
     the job's config.json."""
+
+    def task_problems(self) -> list[Problem]:
+        """The job's tasks that cannot run (`task_problems`)."""
+        datasets = [(index, prepared.dataset) for index, prepared in enumerate(self.datasets)]
+        return task_problems(self.file, datasets, [agent.name for agent in self.job.agents])
+
+
+def task_problems(
+    file: Path, datasets: Sequence[tuple[int, Dataset]], agents: Sequence[str]
+) -> list[Problem]:
+    """The tasks whose trials fail without starting, one problem each naming the job file's
+    dataset entry (`datasets[<index>]`), the error type and the message the trials get: each
+    broken task (every agent's trials) and, when the job has the oracle agent, each task without
+    a solution (the oracle's trials, task_invalid). The operator fails those trials with the same
+    error and message when it creates them."""
+    problems: list[Problem] = []
+    oracle = ORACLE_AGENT in agents
+    for index, dataset in datasets:
+        where = f"datasets[{index}]"
+        for task in dataset.tasks:
+            if isinstance(task, BrokenTask):
+                problems.append(Problem(str(file), where, f"{task.error_type}: {task.message}"))
+            elif oracle and not task.has_solution:
+                message = (
+                    f"task_invalid for the {ORACLE_AGENT} agent: {no_solution_message(task.name)}"
+                )
+                problems.append(Problem(str(file), where, message))
+    return problems
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:

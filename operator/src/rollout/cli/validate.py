@@ -20,12 +20,13 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
-from rollout.api.dataset import find_registry_dataset, load_local_dataset
+from rollout.api.dataset import Dataset, find_registry_dataset, load_local_dataset
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobConfig, load_job
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
 from rollout.api.taskdir import load_task
+from rollout.cli.prepare import task_problems
 from rollout.datasets.registry import load_registry
 
 EPILOG = """\
@@ -75,7 +76,7 @@ def classify(path: Path) -> tuple[str, Callable[[Path], Any]]:
     if path.is_dir():
         if (path / "task.toml").exists():
             return "task", load_task
-        return "dataset", load_local_dataset
+        return "dataset", check_dataset
     if path.name == "registry.json" or (path.suffix == ".json" and _is_json_list(path)):
         return "registry", load_registry
     if path.suffix in JOB_SUFFIXES:
@@ -93,18 +94,29 @@ def check_job(path: Path) -> JobConfig:
     """A job file is valid when it parses and every dataset it names can be found."""
     job = load_job(path)
     problems: list[Problem] = []
+    loaded: list[tuple[int, Dataset]] = []
     for index, spec in enumerate(job.datasets):
         try:
             if spec.path is not None:
-                load_local_dataset(spec.path)
+                loaded.append((index, load_local_dataset(spec.path)))
             elif spec.registry is not None and spec.name is not None:
                 registry = load_registry(spec.registry.location)
                 find_registry_dataset(registry, spec.name, spec.version)
         except InvalidInput as err:
             problems.extend(Problem(str(path), f"datasets[{index}]", str(p)) for p in err.problems)
+    problems.extend(task_problems(path, loaded, [agent.name for agent in job.agents]))
     if problems:
         raise InvalidInput(problems)
     return job
+
+
+def check_dataset(path: Path) -> Dataset:
+    """A dataset directory is valid when every task in it is (`rollout run` would run the
+    others, and fail the broken ones' trials)."""
+    dataset = load_local_dataset(path)
+    if problems := dataset.problems():
+        raise InvalidInput(problems)
+    return dataset
 
 
 def _manifests(path: Path) -> list[dict[str, Any]] | None:
