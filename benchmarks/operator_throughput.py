@@ -118,6 +118,7 @@ def publish_dataset(store: ObjectStore, root: Path, tasks: int) -> dict[str, str
         task = root / f"task-{index:04d}"
         (task / "tests").mkdir(parents=True)
         (task / "environment").mkdir()
+        (task / "solve.sh").write_text("#!/bin/sh\ntrue\n")  # the oracle's (seed 004's place)
         (task / "instruction.md").write_text(f"Task {index}.\n")
         (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
         (task / "environment" / "Dockerfile").write_text("FROM busybox\n")

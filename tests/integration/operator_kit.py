@@ -42,11 +42,16 @@ TASKS = ["task-a", "task-b", "task-c"]
 DATASET = "hello-set"
 
 
-def make_task(root: Path, name: str, *, image: str | None = TASK_IMAGE, toml: str = "") -> Path:
-    """A minimal valid task directory under `root`."""
+def make_task(
+    root: Path, name: str, *, image: str | None = TASK_IMAGE, toml: str = "", solution: bool = True
+) -> Path:
+    """A minimal valid task directory under `root` (with the oracle's solution/solve.sh)."""
     task = root / name
     (task / "tests").mkdir(parents=True)
     (task / "environment").mkdir()
+    if solution:
+        (task / "solution").mkdir()
+        (task / "solution" / "solve.sh").write_text("#!/bin/sh\necho solved\n")
     (task / "instruction.md").write_text(f"Do {name}.\n")
     (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
     (task / "environment" / "Dockerfile").write_text("FROM busybox\n")

@@ -50,7 +50,7 @@ def publish_task(store: ObjectStore, name: str) -> str:
 def make_spec(
     store: ObjectStore,
     task: str,
-    content_hash: str,
+    content_hash: str | None,
     *,
     agent: str = "oracle",
     install: str | None = None,

@@ -4,6 +4,7 @@ their content, each object written once, and nothing written when any dataset is
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -61,6 +62,34 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
     assert "uploaded" not in again.stderr
     assert set(versions_by_key(s3_settings).values()) == {1}
     assert len(versions_by_key(s3_settings)) == 5
+
+
+async def test_a_broken_task_is_published_with_its_error_and_no_archive(
+    storage_cli: Cli,
+    workspace: Workspace,
+    s3_settings: S3Settings,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    alpha = workspace.root / "alpha"
+    (alpha / "count" / "instruction.md").unlink()
+    outcome = await storage_cli.run(capsys, "publish", str(alpha), *storage_cli.storage_args())
+    assert outcome.code == 0, outcome.stderr
+    (entry,) = yaml.safe_load(outcome.stdout)
+    assert outcome.stderr == (
+        "dataset alpha (2 tasks, 1 of them broken: count): uploaded 1 task archive and the "
+        f"manifest s3://{s3_settings.location.bucket}/datasets/{entry['digest']}.json\n"
+    )
+    store = s3_settings.store()
+    count, hello = json.loads(store.get_bytes(f"datasets/{entry['digest']}.json"))["tasks"]
+    assert count == {
+        "name": "count",
+        "has_solution": False,
+        "error": {
+            "type": "task_invalid",
+            "message": "Task 'count' is invalid: instruction.md: missing (the agent's instruction)",
+        },
+    }
+    assert store.list_keys("tasks/") == [f"tasks/{hello['content_hash']}.tar.gz"]
 
 
 async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(

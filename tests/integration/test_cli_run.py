@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -235,6 +236,50 @@ def _row(table: str, first: str) -> list[str]:
         if cells and cells[0] == first:
             return cells
     raise AssertionError(f"no row {first!r} in\n{table}")
+
+
+async def test_broken_tasks_are_listed_and_published_with_their_errors_and_the_job_runs(
+    kube: Kube,
+    cli: Cli,
+    workspace: Workspace,
+    store: ObjectStore,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    alpha = workspace.root / "alpha"
+    (alpha / "count" / "task.toml").write_text("version = \n")  # task_invalid
+    shutil.rmtree(alpha / "hello" / "solution")  # the oracle's trial of it: task_invalid
+    job_file = workspace.job_file()
+    outcome = await cli.run(capsys, *run_args(cli, job_file, "--detach"))
+
+    assert outcome.code == 0, outcome.stderr
+    lines = outcome.stderr.splitlines()
+    heading = lines.index(
+        "warning: 2 tasks cannot run; the trials below fail with these errors, without starting, "
+        "and the other trials run (--strict refuses such a job):"
+    )
+    assert lines[heading + 1].startswith(
+        f"  {job_file}: datasets[0]: task_invalid: Task 'count' is invalid: task.toml: not valid "
+        "TOML"
+    )
+    assert lines[heading + 2] == (
+        f"  {job_file}: datasets[0]: task_invalid for the oracle agent: Task 'hello' is invalid: "
+        "the oracle agent needs solution/solve.sh (or, as in seed 004, solve.sh at the task "
+        "root), and the task has neither"
+    )
+    body = await wait_for_job(kube, JOB)
+    digest = body["spec"]["datasets"][0]["digest"]
+    manifest = json.loads(store.get_bytes(f"datasets/{digest}.json"))
+    count, hello = manifest["tasks"]
+    assert count["error"]["type"] == "task_invalid"
+    assert count["error"]["message"].startswith("Task 'count' is invalid: task.toml: not valid")
+    assert "content_hash" not in count
+    assert "error" not in hello
+    assert hello["has_solution"] is False
+    # No archive for the broken task: only alpha's hello, and beta's two (its hello has a
+    # solution now that alpha's has none).
+    beta = workspace.root / "beta-repo" / "tasks"
+    archives = {task_content_hash(d) for d in (alpha / "hello", beta / "hello", beta / "sort")}
+    assert set(store.list_keys("tasks/")) == {f"tasks/{h}.tar.gz" for h in archives}
 
 
 async def test_a_job_that_fails_exits_1_with_the_reason(

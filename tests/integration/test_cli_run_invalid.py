@@ -53,6 +53,10 @@ def without_test_script(root: Path) -> None:
     (root / "alpha" / "hello" / "tests" / "test.sh").unlink()
 
 
+def without_solution(root: Path) -> None:
+    shutil.rmtree(root / "alpha" / "count" / "solution")
+
+
 def second_alpha(root: Path) -> None:
     shutil.copytree(root / "alpha", root / "other" / "alpha")
 
@@ -117,10 +121,23 @@ CASES = {
     "unknown metric": Case(
         ["{job}: metrics[0].type: Input should be"], text=BASE + "metrics:\n  - type: median\n"
     ),
-    "broken task": Case(
-        ["{job}: datasets[0]: {root}/alpha/hello"],
+    "broken task with --strict": Case(
+        [
+            "{job}: datasets[0]: task_invalid: Task 'hello' is invalid: tests/test.sh: missing",
+            "--strict: the job is refused because 1 task cannot run (above); without --strict, "
+            "their trials fail with those errors and the other trials run",
+        ],
         prepare=without_test_script,
-        contains="tests/test.sh",
+        args=["--strict"],
+    ),
+    "oracle without a solution with --strict": Case(
+        [
+            "{job}: datasets[0]: task_invalid for the oracle agent: Task 'count' is invalid: the "
+            "oracle agent needs solution/solve.sh",
+            "--strict: the job is refused because 1 task cannot run",
+        ],
+        prepare=without_solution,
+        args=["--strict"],
     ),
     "invalid YAML": Case(["{job}: invalid YAML at line 2"], text="name: x\n  agents: [\n"),
     "two datasets with one name": Case(

@@ -199,13 +199,13 @@ KEY = TrialKey("oracle", "d", "t", 1)
 
 def create(
     name: str,
-    build_failed: PatchStatus | None = None,
+    failed: PatchStatus | None = None,
     storage: StorageSpec = STORAGE,
     **spec: Any,
 ) -> CreateTrial:
     planned = PlannedTrial(KEY, name, TASK)
     new = NewTrials(rollout_job(**spec), storage, "ns", "job-uid", "runner:1")
-    return CreateTrial(planned, new, build_failed=build_failed)
+    return CreateTrial(planned, new, failed=failed)
 
 
 def trial_prefix(s3: S3Settings) -> str:
@@ -248,7 +248,7 @@ async def test_a_trial_whose_image_needs_a_build_fails_with_its_record_and_no_po
         cost=None,
         class_override=BUILD_NOT_RUN,
     )
-    await run.run([create("t1", build_failed=failed, storage=s3_settings.location)], now=NOW)
+    await run.run([create("t1", failed=failed, storage=s3_settings.location)], now=NOW)
     assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]
     assert writes.trials([])["t1"].finished
     # The record was in storage before the status said the trial failed.

@@ -331,24 +331,35 @@ def test_an_unreachable_repository(tmp_path: Path) -> None:
     assert "does not appear to be a git repository" in problem.message
 
 
-def test_a_path_not_in_the_repository(repo: TaskRepo, tmp_path: Path) -> None:
+def test_a_path_not_in_the_repository_is_a_task_not_found(repo: TaskRepo, tmp_path: Path) -> None:
     task = {"name": "a", "git_url": repo.url, "git_commit_id": repo.first, "path": "tasks/gamma"}
-    with pytest.raises(InvalidInput) as caught:
-        fetch_registry_dataset(entry(task), tmp_path / "cache")
-    assert caught.value.error_type is ErrorType.TASK_NOT_FOUND
-    (problem,) = caught.value.problems
+    good = {"name": "b", "git_url": repo.url, "git_commit_id": repo.first, "path": "tasks/alpha"}
+    dataset = fetch_registry_dataset(entry(task, good), tmp_path / "cache")
+    assert [t.name for t in dataset.tasks] == ["a", "b"]
+    (missing,) = dataset.broken
+    assert missing.error_type is ErrorType.TASK_NOT_FOUND
+    (problem,) = missing.problems
     assert (problem.file, problem.field) == (f"{repo.url} at {repo.first}", "tasks[0].path")
     assert problem.message == "no directory 'tasks/gamma' in the repo"
+    assert missing.message == (
+        f"Task 'a' was not found: {repo.url} at {repo.first}: tasks[0].path: "
+        "no directory 'tasks/gamma' in the repo"
+    )
 
 
-def test_a_broken_task_in_the_repository(repo: TaskRepo, tmp_path: Path) -> None:
+def test_a_broken_task_in_the_repository_is_kept_beside_the_good_one(
+    repo: TaskRepo, tmp_path: Path
+) -> None:
     broken = {"name": "b", "git_url": repo.url, "git_commit_id": repo.first, "path": "broken"}
     good = {"name": "a", "git_url": repo.url, "git_commit_id": repo.first, "path": "tasks/alpha"}
-    with pytest.raises(InvalidInput) as caught:
-        fetch_registry_dataset(entry(good, broken), tmp_path / "cache")
-    assert caught.value.error_type is ErrorType.TASK_INVALID
-    messages = [(Path(p.file).name, p.message.split(" (")[0]) for p in caught.value.problems]
+    dataset = fetch_registry_dataset(entry(good, broken), tmp_path / "cache")
+    assert [type(t).__name__ for t in dataset.tasks] == ["Task", "BrokenTask"]
+    (task,) = dataset.broken
+    assert task.error_type is ErrorType.TASK_INVALID
+    messages = [(Path(p.file).name, p.message.split(" (")[0]) for p in task.problems]
     assert messages == [("task.toml", "missing"), ("environment", "missing"), ("tests", "missing")]
+    assert task.message.startswith("Task 'b' is invalid: task.toml: missing (")
+    assert str(tmp_path) not in task.message  # the cache's path is this machine's
 
 
 def test_a_task_name_twice(repo: TaskRepo, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from cli_kit import Cli
 from operator_kit import (
     job_manifest,
     make_dataset,
+    make_task,
     operator_config,
     operator_memo,
     publish,
@@ -28,7 +29,7 @@ from kubeharness.pod_status import terminated, waiting
 from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api import layout
 from rollout.api.layout import job_result_key
-from rollout.api.results import JobResult, TrialResult
+from rollout.api.results import JobResult, TrialError, TrialResult
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.controller.cost import pod_requests
 from rollout.controller.prices import UnitPrices
@@ -347,6 +348,64 @@ async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
         assert record.error.type == "environment_build_failed"
         assert record.rollout is not None
         assert record.rollout.failure_class == "infrastructure"
+
+
+async def test_trials_of_broken_tasks_fail_without_a_pod_and_the_others_run(
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    # Seed 000: the broken task's trials end with its error type and message, "no container is
+    # started", and the other tasks run; the oracle on a task with no solution is task_invalid
+    # the same way, for the oracle's trials only.
+    root = make_dataset(tmp_path / "mixed" / "one", ["good"], solution=False)
+    make_task(root, "invalid")
+    (root / "invalid" / "task.toml").write_text("version = \n")
+    (root / "gone").symlink_to("moved-away")
+    dataset = publish(store, root)
+    agents = [{"name": "oracle"}, {"name": "claude", "execute": "claude"}]
+    config = operator_config(s3_settings)
+    async with kube.operator(memo=operator_memo(kube, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("mixed", [dataset], agents=agents))
+        runs = trial_resource_name("mixed", "claude", "one", "good", 1)
+        pod = await kube.wait_for(lambda: kube.find(PODS, runs), what="claude's Pod for good")
+        await kube.run_pod(pod["metadata"]["name"])
+        await kube.finish_pod(pod["metadata"]["name"], messages={"runner": runner_message(1.0)})
+        await kube.wait_for(lambda: _job_phase(kube, "mixed", "Completed"))
+        trials = {
+            (t["spec"]["agent"]["name"], t["spec"]["taskName"]): t
+            for t in await kube.list(ROLLOUT_TRIALS, ...)
+        }
+    # The one trial that can run ran; no other Pod was ever created.
+    assert [w.name for w in kube.writes(PODS) if w.method == "POST"] == [runs]
+    assert trials[("claude", "good")]["status"]["phase"] == "Succeeded"
+    expected = {
+        ("oracle", "gone"): "task_not_found",
+        ("claude", "gone"): "task_not_found",
+        ("oracle", "invalid"): "task_invalid",
+        ("claude", "invalid"): "task_invalid",
+        ("oracle", "good"): "task_invalid",  # no solution: the oracle's trials only
+    }
+    for (agent, task), error_type in expected.items():
+        status = trials[(agent, task)]["status"]
+        assert status["phase"] == "Failed", (agent, task)
+        assert status["error"]["type"] == error_type
+        assert status["failureClass"] == "task"
+        prefix = layout.trial_prefix("", "mixed", agent, "one", task, 1)
+        record = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
+        assert record.error == TrialError.model_validate(status["error"])
+        assert record.rollout is not None
+        assert record.rollout.failure_class == "task"
+        error_txt = store.get_bytes(prefix + "error.txt").decode()
+        assert error_txt.startswith(f"{error_type}: {status['error']['message']}")
+        assert status["resultUri"] == store.uri(prefix + "result.json")
+    messages = {t: trials[("claude", t)]["status"]["error"]["message"] for t in ("gone", "invalid")}
+    assert messages["gone"] == (
+        "Task 'gone' was not found: is a symbolic link to 'moved-away', which does not exist"
+    )
+    assert messages["invalid"].startswith("Task 'invalid' is invalid: task.toml: not valid TOML")
+    assert trials[("oracle", "good")]["status"]["error"]["message"] == (
+        "Task 'good' is invalid: the oracle agent needs solution/solve.sh (or, as in seed 004, "
+        "solve.sh at the task root), and the task has neither"
+    )
 
 
 async def _job_phase(kube: Kube, name: str, phase: str) -> dict[str, Any] | None:

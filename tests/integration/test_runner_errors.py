@@ -267,6 +267,20 @@ async def test_a_task_archive_that_is_not_there_is_task_not_found(
     assert sorted(trial_objects(fast_retry_store, spec)) == ["error.txt", "result.json"]
 
 
+async def test_a_spec_without_a_task_archive_is_task_invalid(
+    tmp_path: Path, fast_retry_store: ObjectStore
+) -> None:
+    # The operator never makes a Pod for a trial of a broken task (its spec names no archive);
+    # a runner given one anyway says so rather than fetching nothing.
+    spec = make_spec(fast_retry_store, "hello-offline", None)
+    report = await run_in_fake_container(tmp_path, spec, fast_retry_store)
+
+    assert_error(report, ErrorType.TASK_INVALID)
+    assert report.result.error is not None
+    assert "has no task archive" in report.result.error.message
+    assert report.result.durations.agent_execution_sec is None
+
+
 async def test_a_broken_task_archive_is_task_invalid_and_no_agent_runs(
     tmp_path: Path, fast_retry_store: ObjectStore
 ) -> None:

@@ -161,3 +161,21 @@ async def test_without_a_shared_logs_volume_logs_are_copied_out_of_the_environme
     objects = trial_objects(store, spec)
     assert objects["logs/verifier/reward.txt"] == b"1\n"
     assert objects["logs/agent/oracle.log"] == b"oracle was here\n"
+
+
+async def test_the_oracle_runs_a_solve_sh_at_the_task_root(
+    tmp_path: Path, s3_settings: S3Settings
+) -> None:
+    # Seed 004: a task with solve.sh at its root and no solution/; it runs, as solution/solve.sh
+    # does, as /oracle/solve.sh in the working directory (it writes hello.txt by a relative path).
+    store = fast_store(s3_settings)
+    content_hash = publish_task(store, "hello-root-solve")
+    spec = make_spec(store, "hello-root-solve", content_hash)
+
+    report = await run_in_fake_container(tmp_path, spec, store)
+
+    assert report.result.error is None, report.error_text
+    assert report.result.reward == 1.0
+    objects = trial_objects(store, spec)
+    assert objects["command/stdout.txt"] == b"solved in /app\n"
+    assert objects["logs/verifier/reward.txt"] == b"1\n"

@@ -312,3 +312,59 @@ def test_manifest_json_is_canonical_and_reads_back() -> None:
 def test_a_manifest_with_unknown_keys_is_refused() -> None:
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         DatasetManifest.model_validate({"name": "x", "tasks": [], "surprise": 1})
+
+
+def test_a_broken_task_is_listed_with_its_error_and_no_archive(tmp_path: Path) -> None:
+    _copy_with_mtime(HELLO_WORLD, tmp_path / "ds" / "good", 7)
+    broken = _copy_with_mtime(HELLO_WORLD, tmp_path / "ds" / "broken", 7)
+    (broken / "task.toml").write_text("version = \n")
+    manifest = build_manifest(load_local_dataset(tmp_path / "ds"))
+    data = json.loads(canonical_json(manifest))
+    bad, good = data["tasks"]
+    assert bad["name"] == "broken"
+    assert set(bad) == {"name", "has_solution", "error"}
+    assert bad["error"]["type"] == "task_invalid"
+    assert bad["error"]["message"].startswith("Task 'broken' is invalid: task.toml: not valid TOML")
+    # A runnable task's entry has the keys it always had: no `"error": null`, so a dataset
+    # without broken tasks keeps its digest.
+    assert set(good) == {"name", "content_hash", "config", "has_solution"}
+    assert DatasetManifest.model_validate_json(canonical_json(manifest)) == manifest
+    # The same broken dataset elsewhere has the same digest (its message names no local path).
+    shutil.copytree(tmp_path / "ds", tmp_path / "moved" / "ds", symlinks=True)
+    moved = build_manifest(load_local_dataset(tmp_path / "moved" / "ds"))
+    assert manifest_digest(moved) == manifest_digest(manifest)
+
+
+def test_a_manifest_written_before_task_errors_reads_and_keeps_its_bytes() -> None:
+    old = (
+        b'{"name":"ds","tasks":[{"config":{"version":"1.0"},"content_hash":"'
+        + b"a" * 64
+        + b'","has_solution":true,"name":"t"}]}'
+    )
+    manifest = DatasetManifest.model_validate_json(old)
+    assert manifest.tasks[0].error is None
+    assert canonical_json(manifest) == old
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"name": "t", "config": {}, "has_solution": False}, "needs its content_hash and config"),
+        (
+            {"name": "t", "error": {"type": "verifier_failed", "message": "m"}},
+            "task_invalid or task_not_found",
+        ),
+        (
+            {
+                "name": "t",
+                "content_hash": "a" * 64,
+                "error": {"type": "task_invalid", "message": "m"},
+            },
+            "has no archive",
+        ),
+    ],
+    ids=["no hash", "not a task error", "broken with an archive"],
+)
+def test_a_manifest_task_is_runnable_or_broken(entry: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DatasetManifest.model_validate({"name": "ds", "tasks": [entry]})

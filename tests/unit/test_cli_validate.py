@@ -111,6 +111,40 @@ def test_broken_task_lists_every_problem_and_exits_1(
     assert lines[-1] == f"ok {good} (task)"
 
 
+def test_a_dataset_with_a_broken_task_lists_its_problems_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(HARBOR, tmp_path / "tasks")
+    (tmp_path / "tasks" / "hello-user" / "instruction.md").unlink()
+    code, lines = run(capsys, tmp_path / "tasks")
+    assert (code, lines) == (
+        1,
+        [f"error {tmp_path / 'tasks' / 'hello-user' / 'instruction.md'}: missing (the agent's "
+         "instruction)"],
+    )  # fmt: skip
+
+
+def test_a_job_lists_its_tasks_that_cannot_run_as_rollout_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(HARBOR, tmp_path / "tasks")
+    (tmp_path / "tasks" / "hello-user" / "instruction.md").unlink()
+    shutil.rmtree(tmp_path / "tasks" / "hello-world" / "solution")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: demo\nagents:\n  - name: oracle\ndatasets:\n  - path: ./tasks\n")
+    code, lines = run(capsys, job)
+    assert (code, lines) == (
+        1,
+        [
+            f"error {job}: datasets[0]: task_invalid: Task 'hello-user' is invalid: "
+            "instruction.md: missing (the agent's instruction)",
+            f"error {job}: datasets[0]: task_invalid for the oracle agent: Task 'hello-world' is "
+            "invalid: the oracle agent needs solution/solve.sh (or, as in seed 004, solve.sh at "
+            "the task root), and the task has neither",
+        ],
+    )
+
+
 def test_registry_that_is_not_a_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     registry = tmp_path / "registry.json"
     registry.write_text('{"name": "bench"}')

@@ -21,6 +21,7 @@ from rollout.api.resources import (
     TrialPhase,
     find_condition,
 )
+from rollout.api.results import TrialError
 from rollout.api.task import parse_task_config
 from rollout.controller.config import OperatorConfig
 from rollout.controller.datasets import ResolvedDataset, ResolvedTask
@@ -226,7 +227,7 @@ def test_the_first_trials_are_created_in_order_up_to_the_concurrency_limit() -> 
     assert created(decision) == NAMES[:3]  # nConcurrentTrials 3, in the seed's order
     first = of_type(decision, CreateTrial)[0]
     assert first.pod_name == NAMES[0]  # the first Pod is named after its trial
-    assert first.build_failed is None
+    assert first.failed is None
     manifest = first.manifest()
     assert manifest["metadata"]["name"] == NAMES[0]
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
@@ -270,7 +271,7 @@ def test_a_suspended_job_creates_nothing_and_says_so() -> None:
 
 def test_an_image_that_needs_a_build_fails_its_trial_at_creation() -> None:
     decision = decide(spec=planned({"environment": {}}), trials={})
-    builds = [a.build_failed for a in of_type(decision, CreateTrial)]
+    builds = [a.failed for a in of_type(decision, CreateTrial)]
     assert len(builds) == 3
     assert all(f is not None and f.final for f in builds)
     first = builds[0]
@@ -291,6 +292,41 @@ def test_an_image_that_needs_a_build_fails_its_trial_at_creation() -> None:
     assert record.rollout is not None
     assert record.rollout.failure_class == "infrastructure"
     assert record.rollout.tries == 1
+
+
+def test_trials_of_a_broken_task_and_the_oracle_without_a_solution_fail_at_creation() -> None:
+    # Seed 000: "For task_invalid and task_not_found errors, no container is started".
+    broken = TrialError(type=ErrorType.TASK_INVALID, message="Task 't1' is invalid: task.toml: x")
+    config = parse_task_config(IMAGE)
+    tasks = (
+        ResolvedTask("t1", None, parse_task_config({}), has_solution=False, error=broken),
+        ResolvedTask("t2", "2" * 64, config, has_solution=False),
+    )
+    plan = plan_job("job", ["oracle", "claude"], [ResolvedDataset("d", "a" * 64, tasks)], 1)
+    job = Planned(rollout_job(nAttempts=1, nConcurrentTrials=4), plan, STORAGE)
+    decision = decide(spec=job, trials={})
+    outcome = {
+        (a.trial.key.agent, a.trial.key.task): a.failed.status["error"] if a.failed else None
+        for a in of_type(decision, CreateTrial)
+    }
+    assert outcome == {
+        ("oracle", "t1"): {"type": "task_invalid", "message": broken.message},
+        ("oracle", "t2"): {
+            "type": "task_invalid",
+            "message": "Task 't2' is invalid: the oracle agent needs solution/solve.sh (or, as "
+            "in seed 004, solve.sh at the task root), and the task has neither",
+        },
+        ("claude", "t1"): {"type": "task_invalid", "message": broken.message},
+        ("claude", "t2"): None,  # another agent runs the task that has no solution
+    }
+    for create in of_type(decision, CreateTrial):
+        if create.failed is not None:
+            assert create.failed.status["failureClass"] == "task"
+            assert create.failed.record is not None
+            assert create.failed.record.result.rollout.failure_class == "task"
+            # The broken task's RolloutTrial names no archive (it has none).
+            if create.trial.key.task == "t1":
+                assert "taskContentHash" not in create.manifest()["spec"]
 
 
 # --- trial steps ---------------------------------------------------------------------------------

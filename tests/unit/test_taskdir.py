@@ -94,8 +94,34 @@ def test_a_task_without_a_solution(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as caught:
         require_oracle_solution(task)
     (problem,) = caught.value.problems
-    assert problem.file == str(task_dir / "solution" / "solve.sh")
-    assert "the oracle agent needs solution/solve.sh" in problem.message
+    assert problem.file == str(task_dir)
+    assert problem.message == (
+        "the oracle agent needs solution/solve.sh (or, as in seed 004, solve.sh at the task "
+        "root), and the task has neither"
+    )
+    assert caught.value.error_type is ErrorType.TASK_INVALID
+
+
+def test_a_solve_sh_at_the_task_root_is_the_oracle_s_solution(tmp_path: Path) -> None:
+    # Seed 004: solve.sh at the root, where solution/solve.sh is absent.
+    task_dir = make_task(tmp_path)
+    shutil.rmtree(task_dir / "solution")
+    (task_dir / "solve.sh").write_text("#!/bin/sh\ntrue\n")
+    task = load_task(task_dir)
+    assert task.solution == "solve.sh"
+    require_oracle_solution(task)
+    # Both: solution/solve.sh is the one (the seed's own layout).
+    (task_dir / "solution").mkdir()
+    (task_dir / "solution" / "solve.sh").write_text("#!/bin/sh\ntrue\n")
+    assert load_task(task_dir).solution == "solution/solve.sh"
+
+
+def test_a_solve_sh_at_the_root_that_is_not_a_file_is_invalid(tmp_path: Path) -> None:
+    task_dir = make_task(tmp_path)
+    (task_dir / "solve.sh").mkdir()
+    with pytest.raises(InvalidInput) as caught:
+        load_task(task_dir)
+    assert str(caught.value) == f"{task_dir / 'solve.sh'}: is a directory, expected a file"
     assert caught.value.error_type is ErrorType.TASK_INVALID
 
 
@@ -409,25 +435,60 @@ def test_dataset_toml_names_the_dataset(tmp_path: Path) -> None:
     assert dataset.config.model_extra == {"default_sandbox": "docker"}
 
 
-def test_a_broken_task_in_a_dataset_is_reported_with_the_others(tmp_path: Path) -> None:
+def test_broken_tasks_are_kept_in_their_places_and_the_others_load(tmp_path: Path) -> None:
     make_task(tmp_path, "good")
     (make_task(tmp_path, "bad-one") / "instruction.md").unlink()
     (make_task(tmp_path, "bad-two") / "task.toml").write_text("[environment]\ncpus = 'abc'\n")
     (tmp_path / "half-task").mkdir()
     (tmp_path / "half-task" / "instruction.md").write_text("only this\n")
-    with pytest.raises(InvalidInput) as caught:
-        load_local_dataset(tmp_path)
-    assert caught.value.error_type is ErrorType.TASK_INVALID
-    found = [
-        (Path(p.file).relative_to(tmp_path).as_posix(), p.field) for p in caught.value.problems
+    (tmp_path / "moved").symlink_to(Path("elsewhere") / "moved")
+    dataset = load_local_dataset(tmp_path)
+    assert [(t.name, type(t).__name__) for t in dataset.tasks] == [
+        ("bad-one", "BrokenTask"),
+        ("bad-two", "BrokenTask"),
+        ("good", "Task"),
+        ("half-task", "BrokenTask"),
+        ("moved", "BrokenTask"),
     ]
+    broken = {t.name: t for t in dataset.broken}
+    assert {name: t.error_type for name, t in broken.items()} == {
+        "bad-one": ErrorType.TASK_INVALID,
+        "bad-two": ErrorType.TASK_INVALID,
+        "half-task": ErrorType.TASK_INVALID,
+        "moved": ErrorType.TASK_NOT_FOUND,
+    }
+    # Every problem, naming files on this machine, as `rollout validate DATASET` reports them.
+    found = [(Path(p.file).relative_to(tmp_path).as_posix(), p.field) for p in dataset.problems()]
     assert found == [
         ("bad-one/instruction.md", None),
         ("bad-two/task.toml", "environment.cpus"),
         ("half-task/task.toml", None),
         ("half-task/environment", None),
         ("half-task/tests", None),
+        ("moved", None),
     ]
+    # The trials' messages name no path of this machine (they go into the manifest).
+    assert broken["bad-one"].message == (
+        "Task 'bad-one' is invalid: instruction.md: missing (the agent's instruction)"
+    )
+    assert broken["bad-two"].message.startswith(
+        "Task 'bad-two' is invalid: task.toml: environment.cpus: "
+    )
+    assert broken["half-task"].message.startswith(
+        "Task 'half-task' is invalid: task.toml: missing (the task's configuration); "
+        "environment: missing"
+    )
+    assert broken["moved"].message == (
+        "Task 'moved' was not found: is a symbolic link to 'elsewhere/moved', which does not exist"
+    )
+    assert all(str(tmp_path) not in t.message for t in dataset.broken)
+
+
+def test_a_dataset_of_broken_tasks_only_still_loads(tmp_path: Path) -> None:
+    (make_task(tmp_path, "only") / "tests" / "test.sh").unlink()
+    dataset = load_local_dataset(tmp_path)
+    (task,) = dataset.broken
+    assert task.message == "Task 'only' is invalid: tests/test.sh: missing (the verifier runs it)"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,10 @@ enumerated in dataset order, so the order must not depend on the file system). H
 plain files (README.md, ...) are ignored, and so are subdirectories with nothing of a task in them.
 An optional dataset.toml (seed 004) may give the dataset's `name`; its other keys are kept.
 
+A broken task does not sink its dataset: it is kept in its place as a `BrokenTask`
+(task_invalid; task_not_found for an entry that is a symbolic link to nothing), and its trials
+fail with its error while the other tasks run.
+
 A registry.json lists datasets whose tasks live in git repositories. Here are its models and the
 lookup of a dataset by name and version; reading one from a URL and fetching its tasks with git
 is `rollout.datasets.registry`'s.
@@ -21,9 +25,16 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from rollout.api.base import OpenFileModel
-from rollout.api.errors import ErrorType, InvalidInput, Problem
+from rollout.api.errors import InvalidInput, Problem
 from rollout.api.problems import problems_from_validation_error
-from rollout.api.taskdir import TASK_SHAPE, TASK_TOML, Task, load_task, looks_like_task
+from rollout.api.taskdir import (
+    TASK_SHAPE,
+    TASK_TOML,
+    BrokenTask,
+    Task,
+    load_task_or_broken,
+    looks_like_task,
+)
 
 DATASET_TOML = "dataset.toml"
 
@@ -40,18 +51,31 @@ class Dataset:
     """A loaded dataset: its name in result paths, its tasks in trial order, and its origin."""
 
     name: str
-    tasks: list[Task]
+    tasks: list[Task | BrokenTask]
+    """Every task in trial order, the broken ones in their places."""
     source: str
     """Where the dataset came from, for people: a directory, or a registry entry."""
     version: str | None = None
     config: DatasetConfig = field(default_factory=DatasetConfig)
+
+    @property
+    def broken(self) -> list[BrokenTask]:
+        """The tasks that cannot run (their trials fail at creation)."""
+        return [task for task in self.tasks if isinstance(task, BrokenTask)]
+
+    def problems(self) -> list[Problem]:
+        """Every problem of every broken task, as `rollout validate DATASET` reports them."""
+        return [problem for task in self.broken for problem in task.problems]
 
 
 # --- Local datasets -------------------------------------------------------------------------
 
 
 def load_local_dataset(path: str | Path) -> Dataset:
-    """Load every task directory below `path`, reporting every broken task at once."""
+    """Load every task directory below `path`, each broken one kept as a `BrokenTask`.
+
+    Raises InvalidInput for what sinks the whole dataset: no such directory, a task directory
+    given for a dataset, a broken dataset.toml, no tasks at all."""
     root = Path(path).absolute()
     if not root.exists():
         raise InvalidInput.one(root, None, "dataset directory does not exist")
@@ -65,26 +89,27 @@ def load_local_dataset(path: str | Path) -> Dataset:
         )
     problems: list[Problem] = []
     config = _read_dataset_toml(root / DATASET_TOML, problems)
-    tasks: list[Task] = []
-    error_type: ErrorType | None = None
+    tasks: list[Task | BrokenTask] = []
     for child in sorted(root.iterdir(), key=lambda p: os.fsencode(p.name)):
-        if child.name.startswith(".") or not looks_like_task(child):
+        if child.name.startswith("."):
             continue
-        try:
-            tasks.append(load_task(child))
-        except InvalidInput as err:
-            problems.extend(err.problems)
-            error_type = error_type or err.error_type
-    if not tasks and not problems:
-        raise InvalidInput.one(root, None, _no_tasks_message(root))
+        if looks_like_task(child) or _dangling_link(child):
+            tasks.append(load_task_or_broken(child))
     if problems:
-        raise InvalidInput(problems, error_type)
+        raise InvalidInput(problems)
+    if not tasks:
+        raise InvalidInput.one(root, None, _no_tasks_message(root))
     return Dataset(
         name=config.name or _directory_name(root),
         tasks=tasks,
         source=f"directory {root}",
         config=config,
     )
+
+
+def _dangling_link(path: Path) -> bool:
+    """A symbolic link to nothing: a task that is not there (task_not_found), not a stray file."""
+    return path.is_symlink() and not path.exists()
 
 
 def _read_dataset_toml(path: Path, problems: list[Problem]) -> DatasetConfig:

@@ -4,6 +4,12 @@ The manifest and one archive per task (`rollout.api.archive`) make a dataset's b
 storage; where they are stored (the object keys) is `rollout.api.layout`'s business. The
 manifest's digest, over its canonical JSON, is the dataset's identity. `rollout.datasets.bundle`
 builds manifests from task directories.
+
+A broken task (task_invalid, task_not_found) is listed in its place with its `error` and no
+archive: the operator fails its trials at creation, with no Pod. A manifest's keys are only those
+a runnable task has, for a runnable task (no `"error": null`), so that a dataset without broken
+tasks keeps the digest it had before broken tasks could be listed, and a manifest written then
+still reads.
 """
 
 from __future__ import annotations
@@ -12,22 +18,59 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from rollout.api.base import FileModel
+from rollout.api.errors import ErrorType
+from rollout.api.results import TrialError
 from rollout.api.task import TaskConfig, parse_task_config
+
+TASK_ERRORS = (ErrorType.TASK_INVALID, ErrorType.TASK_NOT_FOUND)
+"""The error types a task itself can have, before any trial of it runs."""
+
+_ABSENT_WHEN_NONE = ("content_hash", "config", "error")
 
 
 class ManifestTask(FileModel):
     """One task of a published dataset: what the operator needs without fetching the archive."""
 
     name: str = Field(description="The task's name in trial names and result paths.")
-    content_hash: str = Field(description="sha256 of the task's content; names its archive.")
-    config: dict[str, Any] = Field(description="The task's parsed task.toml.")
-    has_solution: bool = Field(description="Whether solution/solve.sh exists (oracle agent).")
+    content_hash: str | None = Field(
+        None, description="sha256 of the task's content; names its archive (none when broken)."
+    )
+    config: dict[str, Any] | None = Field(
+        None, description="The task's parsed task.toml (none when broken)."
+    )
+    has_solution: bool = Field(
+        False, description="Whether it has solution/solve.sh or a root solve.sh (the oracle's)."
+    )
+    error: TrialError | None = Field(
+        None,
+        description="Why the task cannot run (task_invalid or task_not_found): its trials fail "
+        "with this error and start no container.",
+    )
+
+    @model_validator(mode="after")
+    def _runnable_or_broken(self) -> ManifestTask:
+        if self.error is None:
+            if self.content_hash is None or self.config is None:
+                raise ValueError("a task without an error needs its content_hash and config")
+        elif self.error.type not in TASK_ERRORS:
+            raise ValueError(
+                f"a task's error is task_invalid or task_not_found, not {self.error.type}"
+            )
+        elif self.content_hash is not None:
+            raise ValueError("a broken task (with an error) has no archive, so no content_hash")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if not (k in _ABSENT_WHEN_NONE and v is None)}
 
     def task_config(self) -> TaskConfig:
-        return parse_task_config(self.config, f"manifest task {self.name}")
+        """The task's task.toml; a broken task's is the defaults (its trials never run)."""
+        return parse_task_config(self.config or {}, f"manifest task {self.name}")
 
 
 class DatasetManifest(FileModel):

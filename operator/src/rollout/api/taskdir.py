@@ -1,8 +1,12 @@
 """A task directory on disk: loading and checking it, and hashing its content.
 
 A task is a directory holding instruction.md, task.toml, environment/ and tests/test.sh, with
-solution/solve.sh optional (only the oracle agent needs it). Loading checks every required file
-and reports every problem at once, so that an author fixes a task in one round.
+solution/solve.sh optional (only the oracle agent needs it; a task of seed 004 may have its
+solve.sh at its root instead). Loading checks every required file and reports every problem at
+once, so that an author fixes a task in one round. A dataset keeps going past a broken task
+(`load_task_or_broken`): the task is kept as a `BrokenTask`, whose trials fail with its error type
+and message and start no container (seed 000: "For task_invalid and task_not_found errors, no
+container is started").
 
 The content hashes identify a task (and its environment/, which names the built image) by what
 is in it, the same on every machine: relative POSIX paths in sorted order, the executable bit (not
@@ -26,6 +30,12 @@ TASK_TOML = "task.toml"
 ENVIRONMENT = "environment"
 TEST_SCRIPT = "tests/test.sh"
 SOLUTION_SCRIPT = "solution/solve.sh"
+ROOT_SOLUTION_SCRIPT = "solve.sh"
+"""Seed 004's oracle script: at the task root, used where solution/solve.sh is absent."""
+NO_SOLUTION = (
+    f"the oracle agent needs {SOLUTION_SCRIPT} (or, as in seed 004, {ROOT_SOLUTION_SCRIPT} at "
+    "the task root), and the task has neither"
+)
 TASK_SHAPE = "a task is a directory with instruction.md, task.toml, environment/ and tests/test.sh"
 
 # Bump when the framing below changes, so that old and new hashes can never be confused.
@@ -41,7 +51,13 @@ class Task:
     path: Path
     config: TaskConfig
     instruction: str
-    has_solution: bool
+    solution: str | None
+    """The oracle's script, relative to the task: solution/solve.sh, else seed 004's solve.sh at
+    the root, else None (the oracle cannot run the task)."""
+
+    @property
+    def has_solution(self) -> bool:
+        return self.solution is not None
 
     @property
     def environment_dir(self) -> Path:
@@ -63,6 +79,9 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
         raise InvalidInput.one(
             path, None, "task directory does not exist", ErrorType.TASK_NOT_FOUND
         )
+    if path.is_symlink() and not path.exists():
+        message = f"is a symbolic link to {os.readlink(path)!r}, which does not exist"
+        raise InvalidInput.one(path, None, message, ErrorType.TASK_NOT_FOUND)
     if not path.is_dir():
         raise InvalidInput.one(
             path, None, f"is not a directory ({TASK_SHAPE})", ErrorType.TASK_NOT_FOUND
@@ -74,9 +93,9 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
     _expect(path / "tests", "dir", problems, "holds tests/test.sh, which the verifier runs")
     if (path / "tests").is_dir():
         _expect(path / TEST_SCRIPT, "file", problems, "the verifier runs it")
-    solution = path / SOLUTION_SCRIPT
-    if os.path.lexists(solution) and not solution.is_file():
-        problems.append(Problem(str(solution), None, f"is {_describe(solution)}, expected a file"))
+    for script in (path / SOLUTION_SCRIPT, path / ROOT_SOLUTION_SCRIPT):
+        if os.path.lexists(script) and not script.is_file():
+            problems.append(Problem(str(script), None, f"is {_describe(script)}, expected a file"))
     if problems or config is None or instruction is None:
         raise InvalidInput(problems, ErrorType.TASK_INVALID)
     return Task(
@@ -84,19 +103,68 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
         path=path,
         config=config,
         instruction=instruction,
-        has_solution=solution.is_file(),
+        solution=_solution(path),
     )
 
 
-def require_oracle_solution(task: Task) -> None:
-    """Refuse to run the oracle agent on a task that has no solution/solve.sh."""
-    if not task.has_solution:
-        raise InvalidInput.one(
-            task.path / SOLUTION_SCRIPT,
-            None,
-            "missing: the oracle agent needs solution/solve.sh",
-            ErrorType.TASK_INVALID,
+@dataclass(frozen=True)
+class BrokenTask:
+    """A task that cannot run: its trials fail with `error_type` and `message`, with no Pod."""
+
+    name: str
+    path: Path
+    error_type: ErrorType
+    """task_invalid or task_not_found."""
+    problems: tuple[Problem, ...]
+    """Every problem found, naming files on this machine (for the person at it)."""
+
+    @property
+    def message(self) -> str:
+        """The trial's error message: the same on every machine (paths relative to the task),
+        as it is part of the published dataset's manifest and so of its content address."""
+        what = "was not found" if self.error_type is ErrorType.TASK_NOT_FOUND else "is invalid"
+        details = "; ".join(_relative(problem, self.path) for problem in self.problems)
+        return f"Task {self.name!r} {what}: {details}"
+
+
+def load_task_or_broken(path: str | Path, *, name: str | None = None) -> Task | BrokenTask:
+    """`load_task`, with a broken task kept as a `BrokenTask` instead of raised."""
+    try:
+        return load_task(path, name=name)
+    except InvalidInput as err:
+        path = Path(path).absolute()
+        return BrokenTask(
+            name=name or _directory_name(path),
+            path=path,
+            error_type=err.error_type or ErrorType.TASK_INVALID,
+            problems=tuple(err.problems),
         )
+
+
+def _relative(problem: Problem, root: Path) -> str:
+    """The problem with its file named relative to the task (`task.toml: ...`)."""
+    file = Path(problem.file)
+    if file == root:
+        return problem.message if problem.field is None else f"{problem.field}: {problem.message}"
+    if file.is_relative_to(root):
+        return str(Problem(file.relative_to(root).as_posix(), problem.field, problem.message))
+    return str(problem)
+
+
+def no_solution_message(task_name: str) -> str:
+    """The task_invalid message of the oracle's trials of a task without a solution script."""
+    return f"Task {task_name!r} is invalid: {NO_SOLUTION}"
+
+
+def require_oracle_solution(task: Task) -> None:
+    """Refuse to run the oracle agent on a task that has no solution script."""
+    if not task.has_solution:
+        raise InvalidInput.one(task.path, None, NO_SOLUTION, ErrorType.TASK_INVALID)
+
+
+def _solution(path: Path) -> str | None:
+    """solution/solve.sh when there is one, else a solve.sh at the root (seed 004), else None."""
+    return next((s for s in (SOLUTION_SCRIPT, ROOT_SOLUTION_SCRIPT) if (path / s).is_file()), None)
 
 
 def looks_like_task(path: Path) -> bool:

@@ -10,6 +10,11 @@ nothing has touched storage or the cluster yet.
 
 `prepare_job` adds each dataset's bundle manifest and content address.
 
+A broken task does not stop the job: its trials fail with its error (task_invalid,
+task_not_found) and start nothing, and so do the oracle's trials of a task without a solution.
+`task_problems` lists those tasks, for `rollout run` to say before it starts (and to refuse the
+job with `--strict`) and for `rollout validate`.
+
 `environment.type: docker` (job.yaml's default) means "run it in containers"; submitted to a
 cluster that is a Pod per trial, so it becomes `kubernetes` here (in the RolloutJob; the job's
 config.json keeps the file as written, docker included). Other types (modal, daytona,
@@ -39,7 +44,8 @@ from rollout.api.images import image_build_message
 from rollout.api.job import JobConfig, JobDataset, read_job_file
 from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
-from rollout.api.taskdir import TASK_TOML
+from rollout.api.rules import ORACLE_AGENT
+from rollout.api.taskdir import TASK_TOML, BrokenTask, no_solution_message
 from rollout.api.translate import job_to_rollout_job
 from rollout.datasets.bundle import build_manifest
 from rollout.datasets.registry import fetch_registry_dataset, load_registry
@@ -78,6 +84,11 @@ class PreparedJob:
     warnings: list[Problem] = field(default_factory=list)
     """What check_job found that does not stop the job: say it before it starts."""
 
+    def task_problems(self) -> list[Problem]:
+        """The job's tasks that cannot run (`task_problems`)."""
+        datasets = [(index, prepared.dataset) for index, prepared in enumerate(self.datasets)]
+        return task_problems(self.file, datasets, [agent.name for agent in self.job.agents])
+
 
 class EnvValues(Enum):
     """What an unset `${VAR}` of agent env is: it depends on whether its value is needed."""
@@ -101,6 +112,35 @@ class CheckedJob:
     datasets: list[Dataset | None]
     """In job.yaml's order; None for a registry dataset that was not fetched."""
     warnings: list[Problem]
+
+    def task_problems(self) -> list[Problem]:
+        """The job's tasks that cannot run (`task_problems`); a registry dataset that was not
+        fetched (validate --offline) is not looked into."""
+        datasets = [(index, d) for index, d in enumerate(self.datasets) if d is not None]
+        return task_problems(self.file, datasets, [agent.name for agent in self.job.agents])
+
+
+def task_problems(
+    file: Path, datasets: Sequence[tuple[int, Dataset]], agents: Sequence[str]
+) -> list[Problem]:
+    """The tasks whose trials fail without starting, one problem each naming the job file's
+    dataset entry (`datasets[<index>]`), the error type and the message the trials get: each
+    broken task (every agent's trials) and, when the job has the oracle agent, each task without
+    a solution (the oracle's trials, task_invalid). The operator fails those trials with the same
+    error and message when it creates them."""
+    problems: list[Problem] = []
+    oracle = ORACLE_AGENT in agents
+    for index, dataset in datasets:
+        where = f"datasets[{index}]"
+        for task in dataset.tasks:
+            if isinstance(task, BrokenTask):
+                problems.append(Problem(str(file), where, f"{task.error_type}: {task.message}"))
+            elif oracle and not task.has_solution:
+                message = (
+                    f"task_invalid for the {ORACLE_AGENT} agent: {no_solution_message(task.name)}"
+                )
+                problems.append(Problem(str(file), where, message))
+    return problems
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:
@@ -225,6 +265,8 @@ def _build_warnings(datasets: Sequence[Dataset], *, force_build: bool) -> list[P
     warnings: list[Problem] = []
     for dataset in datasets:
         for task in dataset.tasks:
+            if isinstance(task, BrokenTask):
+                continue  # its trials fail with the task's own error (task_problems)
             message = image_build_message(task.name, task.config, force_build=force_build)
             if message is not None:
                 warnings.append(

@@ -8,7 +8,9 @@ by what they hold, so an object that exists never needs writing again:
 - a manifest is uploaded last, after all of its task archives, so a manifest in storage means the
   whole bundle is there and nothing of that dataset is looked at again;
 - otherwise each task archive is checked (HEAD) and only missing ones are made and uploaded; a
-  task shared by several datasets is uploaded once.
+  task shared by several datasets is uploaded once;
+- a broken task (task_invalid, task_not_found) has no archive: the manifest lists it with its
+  error, and the operator fails its trials without starting them.
 
 All missing archives are built (into a temporary directory) before the first upload, so a task
 that cannot be archived (a symlink leaving the task) stops the publish with nothing written.
@@ -61,10 +63,14 @@ class PublishReport:
     tasks: int
     archives_uploaded: int
     manifest_uploaded: bool
+    broken: tuple[str, ...] = ()
+    """The broken tasks, listed in the manifest with their errors (their trials will fail)."""
 
     def describe(self, store: ObjectStore) -> str:
         where = store.uri(dataset_manifest_key(store.location.prefix, self.digest))
         plural = "task" if self.tasks == 1 else "tasks"
+        if self.broken:
+            plural += f", {len(self.broken)} of them broken: {', '.join(self.broken)}"
         if not self.manifest_uploaded:
             return f"dataset {self.name} ({self.tasks} {plural}): already in storage at {where}"
         archives = "archive" if self.archives_uploaded == 1 else "archives"
@@ -90,6 +96,8 @@ def publish_datasets(
         if have_manifest[key]:
             continue
         for task, entry in zip(prepared.dataset.tasks, prepared.manifest.tasks, strict=True):
+            if entry.content_hash is None:
+                continue  # a broken task: listed with its error, it has no archive
             if entry.content_hash not in owner:
                 owner[entry.content_hash] = index
                 task_dirs[entry.content_hash] = task.path
@@ -123,6 +131,7 @@ def publish_datasets(
                 tasks=len(prepared.manifest.tasks),
                 archives_uploaded=uploaded[index],
                 manifest_uploaded=upload,
+                broken=tuple(t.name for t in prepared.dataset.broken),
             )
         )
     return reports

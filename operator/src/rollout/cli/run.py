@@ -6,7 +6,9 @@ to results on disk.
    fetched with git into ~/.cache/rollout/git), the storage settings, the kubeconfig, that no
    RolloutJob of that name exists and that neither storage nor the local jobs directory already
    holds results of a job of that name. Any problem: every one is printed with its file and
-   field, and nothing is created anywhere.
+   field, and nothing is created anywhere. Tasks that cannot run (a broken task; the oracle on
+   a task without a solution) are listed, each with the error type and message its trials will
+   fail with, and the others run; with --strict such a job is refused instead, like a problem.
 2. Publish each dataset to object storage as a content-addressed bundle (skipping what is there).
 3. Store the job file as submitted, as JSON, in `jobs/<job>/config.json` (only where storage has
    none: a job of that name that got there first is refused). Then create the agent env Secret
@@ -85,6 +87,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--detach", action="store_true", help="submit the job and return without following it"
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the job when any task cannot run (a broken task, or the oracle on a task "
+        "without a solution), instead of failing those trials and running the others (for CI)",
+    )
     add_operator_arguments(parser)
     parser.add_argument(
         "--watch-timeout",
@@ -122,6 +130,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         note(f"warning: {problem}")
     if warning := settings.loopback_warning():
         note(f"warning: {warning}")
+    if unrunnable := prepared.task_problems():
+        note(_unrunnable_heading(len(unrunnable)))
+        for problem in unrunnable:
+            note(f"  {problem}")
 
     # 2. Datasets.
     for report in publish_datasets(store, prepared.datasets):
@@ -162,6 +174,23 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return ExitCode.INTERRUPTED
 
 
+STRICT_REFUSAL = (
+    "--strict: the job is refused because {count} cannot run (above); without --strict, "
+    "their trials fail with those errors and the other trials run"
+)
+
+
+def _tasks(count: int) -> str:
+    return "1 task" if count == 1 else f"{count} tasks"
+
+
+def _unrunnable_heading(count: int) -> str:
+    return (
+        f"warning: {_tasks(count)} cannot run; the trials below fail with these errors, "
+        "without starting, and the other trials run (--strict refuses such a job):"
+    )
+
+
 QUICKSTART_HINT = (
     "no cluster or object storage to run on yet? examples/quickstart.sh makes both on this "
     "machine (a kind cluster with the operator, and MinIO): see the README's Quickstart"
@@ -197,6 +226,9 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
         prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ))
     except InvalidInput as err:
         problems += [str(p) for p in err.problems]
+    if args.strict and prepared is not None and (unrunnable := prepared.task_problems()):
+        problems += [str(p) for p in unrunnable]
+        problems.append(STRICT_REFUSAL.format(count=_tasks(len(unrunnable))))
     jobs_dir: Path = args.jobs_dir or Path(prepared.job.jobs_dir if prepared else "jobs")
     if prepared is not None:
         local_dir = local_job_dir(jobs_dir, prepared.job.name)

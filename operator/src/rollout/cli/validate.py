@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
-from rollout.api.dataset import load_local_dataset, looks_like_registry
+from rollout.api.dataset import Dataset, load_local_dataset, looks_like_registry
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
@@ -92,10 +92,14 @@ class JobChecks:
     fetch: bool = True
 
     def check(self, path: Path) -> list[Problem]:
-        """A job file is valid when run would accept it; its warnings."""
-        return check_job(
+        """A job file is valid when run would accept it and all its tasks can run (what
+        `rollout run --strict` asks); its warnings."""
+        checked = check_job(
             path, self.environ, cache=self.cache, env_values=self.env_values, fetch=self.fetch
-        ).warnings
+        )
+        if unrunnable := checked.task_problems():
+            raise InvalidInput(unrunnable)
+        return checked.warnings
 
 
 def validate_paths(paths: list[Path], out: TextIO, checks: JobChecks) -> int:
@@ -121,7 +125,7 @@ def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]
     if path.is_dir():
         if (path / "task.toml").exists():
             return "task", load_task
-        return "dataset", load_local_dataset
+        return "dataset", check_dataset
     if path.suffix == ".json" and _is_registry(path):
         return "registry", load_registry
     if path.suffix in JOB_SUFFIXES:
@@ -133,6 +137,15 @@ def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]
     if not path.exists():
         return "path", _missing
     return "file", _unknown_kind
+
+
+def check_dataset(path: Path) -> Dataset:
+    """A dataset directory is valid when every task in it is (`rollout run` would run the
+    others, and fail the broken ones' trials)."""
+    dataset = load_local_dataset(path)
+    if problems := dataset.problems():
+        raise InvalidInput(problems)
+    return dataset
 
 
 def _manifests(path: Path) -> list[dict[str, Any]] | None:

@@ -20,6 +20,7 @@ from rollout.api.errors import InvalidInput
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import DatasetManifest
 from rollout.api.resources import DatasetRef
+from rollout.api.results import TrialError
 from rollout.api.task import TaskConfig
 from rollout.storage import ObjectNotFound, ObjectStore
 
@@ -29,8 +30,13 @@ class ResolvedTask:
     """A task of a published dataset, with its parsed task.toml."""
 
     name: str
-    content_hash: str
+    content_hash: str | None
+    """Names the task's archive; None for a broken task, which has none."""
     config: TaskConfig
+    has_solution: bool = True
+    """Whether the oracle can run it (solution/solve.sh or a root solve.sh)."""
+    error: TrialError | None = None
+    """Why the task cannot run (task_invalid, task_not_found): its trials fail at creation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +78,9 @@ def parse_manifest(data: bytes, *, digest: str, where: str) -> tuple[ResolvedTas
             config = task.task_config()
         except InvalidInput as err:
             raise DatasetProblem(f"{where}: task {task.name!r}: {err}") from None
-        tasks.append(ResolvedTask(task.name, task.content_hash, config))
+        tasks.append(
+            ResolvedTask(task.name, task.content_hash, config, task.has_solution, task.error)
+        )
     if not tasks:
         raise DatasetProblem(f"{where} lists no tasks")
     return tuple(tasks)

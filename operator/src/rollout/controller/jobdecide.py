@@ -19,7 +19,9 @@ wait on a grace period. In this order:
    restarted operator does not know what it wrote before);
 6. the trials to look at each take their step (`trials.decide`), and the next trials are
    created in the seed's order while fewer than nConcurrentTrials are unfinished, each with its
-   Pod right away (a trial whose image would need a build fails at once);
+   Pod right away; a trial that cannot run fails at once, with no Pod: its task is broken
+   (task_invalid, task_not_found), the oracle has no solution to run (task_invalid), or its
+   image would need a build;
 7. the status, only from a settled view: a decision that writes trials leaves it to the next
    look, which the reconciler takes at once. It is worked out at most once per status interval
    unless urgent; once every trial has finished, the job's files are written to storage first
@@ -63,6 +65,7 @@ from rollout.controller.trials import (
     TrialAction,
     decide,
     fail_trial,
+    task_error,
     trial_manifest,
 )
 from rollout.controller.ttl import seconds_until_expiry
@@ -147,11 +150,11 @@ class NewTrials:
 @dataclass(frozen=True)
 class CreateTrial:
     """Create a trial (an existing one is accepted) and, when it is new, its first Pod, or fail
-    it at once with `build_failed` (its image would need a build: its status and record)."""
+    it at once with `failed` (it cannot run: its status and record)."""
 
     trial: PlannedTrial
     made_from: NewTrials
-    build_failed: PatchStatus | None = None
+    failed: PatchStatus | None = None
 
     @property
     def name(self) -> str:
@@ -409,19 +412,24 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
     )
     place = TrialPlace(planned.storage, job.job_name)
     return [
-        CreateTrial(trial, new, _build_failed(view, job, place, trial, config.unit_prices))
+        CreateTrial(trial, new, _fails_at_creation(view, job, place, trial, config.unit_prices))
         for trial in chosen
     ]
 
 
-def _build_failed(
+def _fails_at_creation(
     view: JobView,
     job: RolloutJob,
     place: TrialPlace,
     trial: PlannedTrial,
     prices: UnitPrices | None,
 ) -> PatchStatus | None:
-    """The failure of a new trial whose image would need a build (None: it needs none)."""
+    """The failure of a new trial that cannot run (None: it can): its task's error (seed 000:
+    "For task_invalid and task_not_found errors, no container is started"), else the need of an
+    image build."""
+    cost = trial_cost(None, None, prices, now=view.now)  # nothing ran: 0 with prices
+    if (error := task_error(trial)) is not None:
+        return fail_trial(trial.key, place, error.type, error.message, view.now, cost=cost)
     message = image_build_message(
         trial.key.task, trial.task.config, force_build=job.spec.environment.force_build
     )
@@ -434,7 +442,7 @@ def _build_failed(
         ErrorType.ENVIRONMENT_BUILD_FAILED,
         message,
         view.now,
-        cost=trial_cost(None, None, prices, now=view.now),  # nothing ran: 0 with prices
+        cost=cost,
         class_override=BUILD_NOT_RUN,
     )
 

@@ -301,9 +301,9 @@ class JobExecutor:
         self.writes.trial_written(body)
         if not created:
             return  # an existing trial is driven like any other
-        if create.build_failed is not None:
-            await self._write_record(create.build_failed.record)
-            await self._finish(create.name, create.build_failed)
+        if create.failed is not None:
+            await self._write_record(create.failed.record)
+            await self._finish(create.name, create.failed)
             return
         place = TrialPlace(create.made_from.storage, create.made_from.job.job_name)
         await self._create_pod(body, create.trial.key, place, create.pod_name, 0, now)

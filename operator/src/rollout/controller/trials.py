@@ -32,7 +32,9 @@ from rollout.api.resources import (
     TrialResources,
 )
 from rollout.api.results import TrialError
+from rollout.api.rules import ORACLE_AGENT
 from rollout.api.task import TaskConfig
+from rollout.api.taskdir import no_solution_message
 from rollout.api.timeouts import effective_timeouts
 from rollout.api.trials import TrialKey, trial_labels
 from rollout.controller.config import OperatorConfig
@@ -70,6 +72,17 @@ UNBUILT_IMAGE = "unbuilt"
 
 
 # --- a new trial ----------------------------------------------------------------------------------
+
+
+def task_error(planned: PlannedTrial) -> TrialError | None:
+    """Why a new trial cannot run because of its task (None: it can): the task is broken (its
+    manifest entry's error), or the agent is the oracle and the task has no solution."""
+    task = planned.task
+    if task.error is not None:
+        return task.error
+    if planned.key.agent == ORACLE_AGENT and not task.has_solution:
+        return TrialError(type=ErrorType.TASK_INVALID, message=no_solution_message(task.name))
+    return None
 
 
 def effective_resources(task: TaskConfig, job: RolloutJob) -> TrialResources:

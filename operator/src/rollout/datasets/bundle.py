@@ -21,7 +21,8 @@ from rollout.api.archive import (
 from rollout.api.dataset import Dataset
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.manifest import DatasetManifest, ManifestTask
-from rollout.api.taskdir import EntryKind, task_content_hash, walk_tree
+from rollout.api.results import TrialError
+from rollout.api.taskdir import BrokenTask, EntryKind, Task, task_content_hash, walk_tree
 
 
 def task_archive(task_dir: str | Path) -> bytes:
@@ -64,16 +65,18 @@ def task_archive(task_dir: str | Path) -> bytes:
 
 
 def build_manifest(dataset: Dataset) -> DatasetManifest:
-    """The manifest of a loaded dataset (hashes every task's files)."""
-    return DatasetManifest(
-        name=dataset.name,
-        tasks=[
-            ManifestTask(
-                name=task.name,
-                content_hash=task_content_hash(task.path),
-                config=task.config.to_dict(),
-                has_solution=task.has_solution,
-            )
-            for task in dataset.tasks
-        ],
+    """The manifest of a loaded dataset (hashes every task's files); a broken task is listed
+    with its error and no archive."""
+    return DatasetManifest(name=dataset.name, tasks=[_entry(task) for task in dataset.tasks])
+
+
+def _entry(task: Task | BrokenTask) -> ManifestTask:
+    if isinstance(task, BrokenTask):
+        error = TrialError(type=task.error_type, message=task.message)
+        return ManifestTask(name=task.name, error=error)
+    return ManifestTask(
+        name=task.name,
+        content_hash=task_content_hash(task.path),
+        config=task.config.to_dict(),
+        has_solution=task.has_solution,
     )

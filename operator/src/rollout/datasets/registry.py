@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rollout.api.dataset import Dataset, Registry, RegistryDataset, parse_registry
 from rollout.api.errors import ErrorType, InvalidInput, Problem
-from rollout.api.taskdir import Task, load_task
+from rollout.api.taskdir import BrokenTask, Task, load_task_or_broken
 from rollout.datasets.git import GIT_TIMEOUT_SEC, checkout_repository
 
 REGISTRY_TIMEOUT_SEC = 30.0
@@ -47,12 +47,12 @@ def fetch_registry_dataset(
     entry: RegistryDataset, cache_dir: str | Path, *, timeout_sec: float = GIT_TIMEOUT_SEC
 ) -> Dataset:
     """Fetch the tasks of a registry dataset with git (each repository and commit once) and load
-    them, in registry order. Each task is named by its registry `name`."""
+    them, in registry order. Each task is named by its registry `name`; a broken one (no such
+    directory in the repository: task_not_found) is kept in its place as a `BrokenTask`."""
     cache = Path(cache_dir)
     checkouts: dict[tuple[str, str | None], Path] = {}
-    tasks: list[Task] = []
+    tasks: list[Task | BrokenTask] = []
     problems: list[Problem] = []
-    error_type: ErrorType | None = None
     seen: set[str] = set()
     for index, item in enumerate(entry.tasks):
         key = (item.git_url, item.git_commit_id)
@@ -67,18 +67,14 @@ def fetch_registry_dataset(
             continue
         seen.add(item.name)
         if not task_dir.is_dir():
-            problems.append(
-                Problem(where, f"tasks[{index}].path", f"no directory {item.path!r} in the repo")
+            missing = Problem(
+                where, f"tasks[{index}].path", f"no directory {item.path!r} in the repo"
             )
-            error_type = error_type or ErrorType.TASK_NOT_FOUND
+            tasks.append(BrokenTask(item.name, task_dir, ErrorType.TASK_NOT_FOUND, (missing,)))
             continue
-        try:
-            tasks.append(load_task(task_dir, name=item.name))
-        except InvalidInput as err:
-            problems.extend(err.problems)
-            error_type = error_type or err.error_type
+        tasks.append(load_task_or_broken(task_dir, name=item.name))
     if problems:
-        raise InvalidInput(problems, error_type)
+        raise InvalidInput(problems)
     return Dataset(
         name=entry.name,
         tasks=tasks,

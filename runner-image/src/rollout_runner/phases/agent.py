@@ -5,8 +5,9 @@ The install and execute scripts of job.yaml are copied into the environment as f
 in the working directory, with task.toml's [environment.env], ROLLOUT_TASK_INSTRUCTION and the
 agent's env (a later one wins). Their stdout and
 stderr become the trial's setup/ and command/ files. The oracle has no install: its solution/ is
-copied to /oracle (its agent_setup) and `bash /oracle/solve.sh` runs with the same env and
-task.toml's [solution.env] over it (its agent_execution, output in command/).
+copied to /oracle (its agent_setup; seed 004's solve.sh at the task root is placed as
+/oracle/solve.sh) and `bash /oracle/solve.sh` runs with the same env and task.toml's
+[solution.env] over it (its agent_execution, output in command/).
 
 Whatever happened, every process the agent left behind is killed before this phase returns, so
 nothing of the agent runs while /tests is copied in and the verifier runs.
@@ -22,6 +23,7 @@ from pathlib import Path
 from rollout.api.envrefs import INSTRUCTION_ENV_VAR
 from rollout.api.errors import ErrorType
 from rollout.api.layout import COMMAND_STDERR, COMMAND_STDOUT, SETUP_STDERR, SETUP_STDOUT
+from rollout.api.taskdir import ROOT_SOLUTION_SCRIPT, Task
 from rollout_runner.context import AGENT_SCRIPTS, ORACLE, TrialContext
 from rollout_runner.environment import EnvironmentFailure, ExecResult
 from rollout_runner.phases.common import output_detail
@@ -93,9 +95,7 @@ async def _oracle(ctx: TrialContext) -> None:
     with ctx.record.phase(Phase.AGENT_SETUP):
         try:
             await ctx.housekeeping(f"rm -rf {ORACLE}", f"clearing {ORACLE}")
-            await ctx.environment.put_files(
-                ctx.task.path / "solution", ORACLE, owner=ctx.agent_user
-            )
+            await _place_solution(ctx, ctx.task)
         except EnvironmentFailure as err:
             _environment_failed(ctx, err)
             return
@@ -105,6 +105,17 @@ async def _oracle(ctx: TrialContext) -> None:
         result = await _run(ctx, f"bash {ORACLE}/solve.sh", env, timeout)
         if result is not None:
             _judge_execution(ctx, result, f"Oracle solution (bash {ORACLE}/solve.sh)", timeout)
+
+
+async def _place_solution(ctx: TrialContext, task: Task) -> None:
+    """solution/ becomes /oracle; a task of seed 004 with solve.sh at its root (and no
+    solution/solve.sh) has that one file placed as /oracle/solve.sh, never the rest of the task
+    (its tests/ stay hidden until the verifier runs)."""
+    if task.solution == ROOT_SOLUTION_SCRIPT:
+        script = task.path / ROOT_SOLUTION_SCRIPT
+        await ctx.environment.put_files(script, f"{ORACLE}/solve.sh", owner=ctx.agent_user)
+    else:
+        await ctx.environment.put_files(task.path / "solution", ORACLE, owner=ctx.agent_user)
 
 
 def _judge_execution(ctx: TrialContext, result: ExecResult, what: str, timeout: float) -> None:

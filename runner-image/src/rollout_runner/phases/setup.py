@@ -98,6 +98,14 @@ async def _wait_for_environment(ctx: TrialContext) -> bool:
 async def _fetch_task(ctx: TrialContext) -> Task | None:
     """Download and unpack the task; record task_not_found / task_invalid and return None."""
     spec = ctx.spec
+    if spec.task_content_hash is None:
+        # A task that cannot run has no archive; the operator fails its trials with no Pod.
+        ctx.record.fail(
+            ErrorType.TASK_INVALID,
+            f"Task {spec.task_name!r} of dataset {spec.dataset_name!r} has no task archive "
+            "(the trial's spec names none): it cannot run",
+        )
+        return None
     key = task_archive_key(ctx.store.location.prefix, spec.task_content_hash)
     uri = ctx.store.uri(key)
     try:

@@ -91,8 +91,11 @@ class RolloutTrialSpec(ApiModel):
     dataset_name: DatasetName = Field(description="Dataset the task belongs to.")
     task_name: TaskName = Field(description="The task's name in its dataset.")
     attempt: int = Field(ge=1, description="Attempt number, from 1.")
-    task_content_hash: Digest = Field(
-        description="Content hash of the task; its files are tasks/<hash>.tar.gz in storage."
+    task_content_hash: Digest | None = Field(
+        None,
+        description="Content hash of the task; its files are tasks/<hash>.tar.gz in storage. "
+        "Absent for a task that cannot run (task_invalid, task_not_found): its trial fails when "
+        "it is created, with no Pod.",
     )
     image: str = Field(min_length=1, description="Image of the environment container.")
     resources: TrialResources = Field(description="Resources of the environment container.")
