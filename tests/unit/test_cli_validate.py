@@ -262,3 +262,27 @@ def test_a_job_file_named_like_a_registry_is_checked_as_a_job(
     job = tmp_path / "registry.json"
     job.write_text(json.dumps({"agents": [{"name": "oracle"}], "datasets": [{"path": "tasks"}]}))
     assert run(capsys, job) == (0, [f"ok {job} (job)"])
+
+
+def test_a_task_env_variable_no_agent_sets_is_a_warning_as_rollout_run_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(HARBOR / "hello-world", tmp_path / "tasks" / "hello-world")
+    toml = tmp_path / "tasks" / "hello-world" / "task.toml"
+    toml.write_text(
+        toml.read_text().replace("[environment]", '[environment]\ndocker_image = "img:1"')
+        + '\n[environment.env]\nMODEL_KEY = "${MY_KEY}"\n'
+    )
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: demo\nagents:\n  - name: oracle\n  - name: keyed\n    execute: 'true'\n"
+        "    env:\n      MY_KEY: literal\ndatasets:\n  - path: ./tasks\n"
+    )
+    code, lines = run(capsys, job)
+    assert code == 0  # a warning: the other agent's trials run
+    assert lines == [
+        f"warning {toml}: environment.env.MODEL_KEY: the trials of agent 'oracle' will fail with "
+        "task_invalid: takes ${MY_KEY}, which agent 'oracle' does not set: give MY_KEY in the "
+        "agent's env (job.yaml: `MY_KEY: ${MY_KEY}`)",
+        f"ok {job} (job)",
+    ]

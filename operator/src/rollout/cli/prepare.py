@@ -38,7 +38,7 @@ from rollout.api.dataset import (
     load_local_dataset,
 )
 from rollout.api.environment import EnvironmentType
-from rollout.api.envrefs import resolve_agent_env
+from rollout.api.envrefs import resolve_agent_env, resolve_task_env
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.images import image_build_message
 from rollout.api.job import JobConfig, JobDataset, read_job_file
@@ -186,6 +186,7 @@ def check_job(
     # What will fail or change a task's trials once the job runs: warnings, one call a rule.
     loaded = [d for d in datasets if d is not None]
     warnings += _build_warnings(loaded, force_build=job.environment.force_build)
+    warnings += _task_env_warnings(loaded, job)
     if problems:
         raise InvalidInput(problems)
     return CheckedJob(path, job, read.content, datasets, warnings)
@@ -276,6 +277,36 @@ def _build_warnings(datasets: Sequence[Dataset], *, force_build: bool) -> list[P
                         f"its trials will fail with environment_build_failed: {message}",
                     )
                 )
+    return warnings
+
+
+def _task_env_warnings(datasets: Sequence[Dataset], job: JobConfig) -> list[Problem]:
+    """Tasks whose `[environment.env]` takes a `${VAR}` that an agent's env does not set: the
+    runner resolves those from the agent's env, so that agent's trials of the task will fail
+    with task_invalid (`api.envrefs.resolve_task_env`, the runner's words)."""
+    warnings: list[Problem] = []
+    for dataset in datasets:
+        for task in dataset.tasks:
+            if isinstance(task, BrokenTask) or not task.config.environment.env:
+                continue
+            for agent in job.agents:
+                try:
+                    resolve_task_env(
+                        task.config.environment.env,
+                        dict.fromkeys(agent.env, ""),
+                        task=task.name,
+                        agent=agent.name,
+                    )
+                except InvalidInput as err:
+                    warnings += [
+                        Problem(
+                            str(task.path / TASK_TOML),
+                            p.field,
+                            f"the trials of agent {agent.name!r} will fail with task_invalid: "
+                            f"{p.message}",
+                        )
+                        for p in err.problems
+                    ]
     return warnings
 
 
