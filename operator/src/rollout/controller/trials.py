@@ -134,6 +134,7 @@ def trial_spec(
         agent_user=task.agent.user,
         verifier_user=task.verifier.user,
         workdir=task.environment.workdir,
+        egress=task.environment.egress if task.environment.egress.restricted else None,
         storage=storage,
         runner_image=runner_image,
         pod=spec.pod,
