@@ -337,3 +337,14 @@ def test_network_keys_that_cannot_be_honoured_make_the_task_invalid(
         parse_task_config({"environment": environment})
     assert raised.value.error_type == ErrorType.TASK_INVALID
     assert any(says in problem.message for problem in raised.value.problems), raised.value
+
+
+def test_network_keys_read_back_the_same_from_a_manifest() -> None:
+    for environment in (
+        {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]},
+        {"network_mode": "none"},
+        {"allow_internet": False},
+    ):
+        config = parse_task_config({"environment": environment})
+        again = parse_task_config(config.to_dict())
+        assert again.environment.egress == config.environment.egress, environment

@@ -119,9 +119,13 @@ class EnvironmentConfig(OpenFileModel):
 
     @model_validator(mode="after")
     def _network_keys_agree(self) -> EnvironmentConfig:
-        if self.network_mode is None or "allow_internet" not in self.model_fields_set:
+        if self.network_mode is None:
             return self
-        if (self.network_mode == NetworkMode.PUBLIC) != self.allow_internet:
+        public = self.network_mode == NetworkMode.PUBLIC
+        if "allow_internet" not in self.model_fields_set:
+            # Made to agree, so that the task reads back the same from its manifest.
+            self.allow_internet = public
+        elif public != self.allow_internet:
             raise ValueError(
                 f"environment.network_mode = {self.network_mode.value!r} and "
                 f"environment.allow_internet = {str(self.allow_internet).lower()} disagree; "
