@@ -26,6 +26,7 @@ from rollout.api.job import JobConfig, load_job
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
 from rollout.api.taskdir import load_task
+from rollout.cli.task_warnings import task_warnings
 from rollout.datasets.registry import load_registry
 
 EPILOG = """\
@@ -67,6 +68,8 @@ def validate_paths(paths: list[Path], out: TextIO) -> int:
                 print(f"error {problem}", file=out)
         else:
             print(f"ok {path} ({kind})", file=out)
+            for warning in task_warnings(path):
+                print(warning, file=out)
     return 1 if failed else 0
 
 
