@@ -162,3 +162,103 @@ async def test_the_operator_may_do_what_the_charts_rbac_allows_and_nothing_else(
     if not allowed:
         user = operator_user(Identity.OPERATOR).name
         assert f'is forbidden: User "{user}" cannot' in message(body)
+
+
+def network_policy(name: str = "p", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {"podSelector": {}, **spec},
+    }
+
+
+def egress_to(*peers: Any, ports: Any = None) -> list[dict[str, Any]]:
+    rule: dict[str, Any] = {"to": list(peers)}
+    if ports is not None:
+        rule["ports"] = ports
+    return [rule]
+
+
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        (network_policy("Bad_Name"), 'metadata.name: Invalid value: "Bad_Name"'),
+        (
+            network_policy(policyTypes=["Egress", "Sideways"]),
+            'spec.policyTypes[1]: Unsupported value: "Sideways"',
+        ),
+        (
+            network_policy(
+                podSelector={
+                    "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]
+                }
+            ),
+            "spec.podSelector.matchExpressions[0].values: Forbidden",
+        ),
+        (
+            network_policy(podSelector={"matchExpressions": [{"key": "a", "operator": "In"}]}),
+            "spec.podSelector.matchExpressions[0].values: Required value",
+        ),
+        (
+            network_policy(podSelector={"matchLabels": {"bad key!": "v"}}),
+            'spec.podSelector.matchLabels: Invalid value: "bad key!"',
+        ),
+        (
+            network_policy(egress=[{"ports": [{"protocol": "ICMP", "port": 53}]}]),
+            'spec.egress[0].ports[0].protocol: Unsupported value: "ICMP"',
+        ),
+        (
+            network_policy(egress=[{"ports": [{"protocol": "TCP", "port": 70000}]}]),
+            "spec.egress[0].ports[0].port: Invalid value: 70000",
+        ),
+        (
+            network_policy(egress=egress_to({"ipBlock": {"cidr": "10.0.0.1"}})),
+            'spec.egress[0].to[0].ipBlock.cidr: Invalid value: "10.0.0.1": not a valid CIDR',
+        ),
+        (
+            network_policy(
+                egress=egress_to({"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/8"]}})
+            ),
+            "spec.egress[0].to[0].ipBlock.except[0]: Invalid value",
+        ),
+        (
+            network_policy(egress=egress_to({})),
+            "spec.egress[0].to[0]: Required value: must specify a peer",
+        ),
+        (
+            network_policy(
+                egress=egress_to({"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}})
+            ),
+            "spec.egress[0].to[0]: Forbidden: may not specify both ipBlock and another peer",
+        ),
+    ],
+)
+async def test_network_policies_are_validated_as_the_api_server_does(
+    kube: Kube, http: aiohttp.ClientSession, policy: dict[str, Any], says: str
+) -> None:
+    path = f"/apis/networking.k8s.io/v1/namespaces/{kube.namespace}/networkpolicies"
+    got, body = await answer(http, "POST", path, policy)
+    assert (got, body.get("reason")) == (422, "Invalid"), body
+    assert f'NetworkPolicy.extensions "{policy["metadata"]["name"]}" is invalid: ' in message(body)
+    assert says in message(body)
+
+
+async def test_a_valid_network_policy_is_taken(kube: Kube, http: aiohttp.ClientSession) -> None:
+    path = f"/apis/networking.k8s.io/v1/namespaces/{kube.namespace}/networkpolicies"
+    dns = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    policy = network_policy(
+        podSelector={"matchExpressions": [{"key": "rollout.dev/egress", "operator": "Exists"}]},
+        policyTypes=["Egress"],
+        egress=[
+            *egress_to(
+                dns, ports=[{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+            ),
+            *egress_to({"ipBlock": {"cidr": "10.0.0.5/32"}}, {"ipBlock": {"cidr": "::/0"}}),
+        ],
+    )
+    got, body = await answer(http, "POST", path, policy)
+    assert got == 201, body

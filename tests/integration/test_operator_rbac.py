@@ -41,7 +41,9 @@ async def test_the_charts_rbac_lets_the_operator_start_cleanly_and_run_a_job(
     watched = [kube.namespace] if install == "namespaced" else []
     identity = await kube.apply_chart_rbac(watched)
     assert identity is (Identity.NAMESPACED_OPERATOR if watched else Identity.OPERATOR)
-    dataset = publish(s3_settings.store(), make_dataset(tmp_path / "set", ["a", "b"]))
+    # No-internet tasks: the job's NetworkPolicy is made under the chart's RBAC too.
+    tasks = make_dataset(tmp_path / "set", ["a", "b"], toml="allow_internet = false\n")
+    dataset = publish(s3_settings.store(), tasks)
     memo = operator_memo(kube, operator_config(s3_settings), identity)
     caplog.set_level(logging.WARNING)
     async with kube.operator(memo=memo, identity=identity, clusterwide=not watched):

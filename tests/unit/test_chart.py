@@ -99,6 +99,8 @@ NAMESPACED_RULES = {
     ("rollout.dev", "rollouttrials/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"create", "patch"},
+    # A job's NetworkPolicies are created once; its deletion takes them (owner references).
+    ("networking.k8s.io", "networkpolicies"): {"create"},
 }
 CRD_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"}}
 # kopf lists and watches namespaces also when it serves named ones (read-only, names only).

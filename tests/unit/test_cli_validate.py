@@ -286,3 +286,77 @@ def test_a_task_env_variable_no_agent_sets_is_a_warning_as_rollout_run_says(
         "agent's env (job.yaml: `MY_KEY: ${MY_KEY}`)",
         f"ok {job} (job)",
     ]
+
+
+UNHONOURED_TOML = """\
+version = "1.0"
+
+[environment]
+docker_image = "mcr.microsoft.com/windows/servercore:ltsc2022"
+os = "windows"
+gpus = 1
+gpu_types = ["H100", "A100"]
+allowed_hosts = ["pypi.org"]
+mcp_servers = [{ name = "files", transport = "stdio", command = "mcp-files" }]
+
+[environment.tpu]
+type = "v6e"
+topology = "2x4"
+
+[agent]
+network_mode = "allowlist"
+
+[verifier]
+network_mode = "no-network"
+
+[verifier.environment]
+docker_image = "verifier:1"
+
+[[steps]]
+name = "first"
+"""
+
+UNHONOURED_KEYS = [
+    "environment.os: is 'windows': trials run as Linux Pods",
+    "environment.tpu: no TPU is requested",
+    "environment.gpu_types: the GPU type is not chosen",
+    "environment.mcp_servers: no MCP server is started",
+    "environment.allowed_hosts: ignored: the task has full network access",
+    "agent.network_mode: per-phase network access is not switched",
+    "verifier.network_mode: per-phase network access is not switched",
+    "verifier.environment: no separate verifier environment",
+    "steps: multi-step tasks are not run step by step",
+]
+
+
+def test_keys_a_trial_cannot_honour_are_each_a_warning_saying_what_happens_instead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = tmp_path / "set"
+    task = dataset / "win"
+    shutil.copytree(HARBOR / "hello-world", task)
+    (task / "task.toml").write_text(UNHONOURED_TOML)
+    job = tmp_path / "job.yaml"
+    job.write_text(f"agents:\n  - name: oracle\ndatasets:\n  - path: {dataset}\n")
+    for path, kind in ((task, "task"), (dataset, "dataset"), (job, "job")):
+        code, lines = run(capsys, path)
+        assert (code, lines[-1]) == (0, f"ok {path} ({kind})")
+        assert len(lines) == 1 + len(UNHONOURED_KEYS), lines
+        for line, key in zip(lines[:-1], UNHONOURED_KEYS, strict=True):
+            assert line.startswith(f"warning {task / 'task.toml'}: {key}"), line
+
+
+def test_a_task_that_asks_only_for_what_trials_honour_gets_no_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    task = tmp_path / "offline"
+    shutil.copytree(HARBOR / "hello-world", task)
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(
+        toml.replace(
+            "[environment]\n",
+            '[environment]\nos = "linux"\nnetwork_mode = "allowlist"\n'
+            'allowed_hosts = ["pypi.org"]\n',
+        )
+    )
+    assert run(capsys, task) == (0, [f"ok {task} (task)"])

@@ -28,6 +28,7 @@ from rollout.controller.datasets import ResolvedDataset, ResolvedTask
 from rollout.controller.index import PodEntry, TrialEntry
 from rollout.controller.jobdecide import (
     STORAGE_RETRY_SEC,
+    CreateNetworkPolicies,
     CreateTrial,
     DeleteJob,
     JobAction,
@@ -44,6 +45,7 @@ from rollout.controller.jobdecide import (
     decide_job,
 )
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, Unplanned
+from rollout.controller.netpolicy import policy_plan
 from rollout.controller.planner import plan_job
 from rollout.controller.status import job_status
 from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod
@@ -74,7 +76,8 @@ def planned(toml: dict[str, Any] | None = None, **spec: Any) -> Planned:
     config = parse_task_config(toml or IMAGE)
     tasks = tuple(ResolvedTask(name, name[-1] * 64, config) for name in ("t1", "t2"))
     plan = plan_job("job", ["oracle", "claude"], [ResolvedDataset("d", "a" * 64, tasks)], 2)
-    return Planned(rollout_job(**spec), plan, STORAGE)
+    job = rollout_job(**spec)
+    return Planned(job, plan, STORAGE, policy_plan(job, STORAGE, plan))
 
 
 JOB = planned()
@@ -217,6 +220,33 @@ def test_a_job_that_does_not_start_has_no_config_json_written() -> None:
         {"status": completed},  # done before this operator (or this version of it) saw it
     ):
         assert of_type(decide(config_written=False, **fields), WriteJobConfig) == [], fields
+
+
+NO_INTERNET = planned({"environment": {"docker_image": "img:1", "allow_internet": False}})
+
+
+def test_a_job_of_no_internet_tasks_has_its_network_policies_made_before_any_trial() -> None:
+    decision = decide(spec=NO_INTERNET, trials={}, status=RolloutJobStatus(), config_written=False)
+    assert NO_INTERNET.policies is not None
+    assert decision.actions[:2] == (
+        WriteJobConfig(STORAGE, NO_INTERNET.job),
+        CreateNetworkPolicies(NO_INTERNET.policies),
+    )
+    assert created(decision) == NAMES[:3]  # after them, in the same decision
+    started = decide(spec=NO_INTERNET, trials={}, status=RolloutJobStatus())
+    assert started.actions[0] == CreateNetworkPolicies(NO_INTERNET.policies)
+
+
+def test_network_policies_once_made_are_not_made_again_and_public_jobs_get_none() -> None:
+    made = decide(spec=NO_INTERNET, trials=trials(TrialPhase.RUNNING), policies_made=True)
+    assert of_type(made, CreateNetworkPolicies) == []
+    for fields in ({"trials": {}}, {"trials": finished_trials()}):
+        assert of_type(decide(**fields), CreateNetworkPolicies) == [], fields
+    # A restarted operator asks again, whatever the job does (an existing policy is kept).
+    restarted = decide(spec=NO_INTERNET, trials=trials(TrialPhase.RUNNING, TrialPhase.RUNNING))
+    assert of_type(restarted, CreateNetworkPolicies) == [
+        CreateNetworkPolicies(NO_INTERNET.policies)
+    ]
 
 
 # --- creating trials -----------------------------------------------------------------------------

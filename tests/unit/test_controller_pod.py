@@ -251,6 +251,16 @@ def test_labels_are_the_trials_and_valid() -> None:
     assert labels == {**trial["metadata"]["labels"], "rollout.dev/component": "trial-pod"}
 
 
+def test_a_restricted_trials_pod_carries_the_label_its_jobs_network_policies_select() -> None:
+    no_internet = render(make_trial(egress={"restricted": True}))
+    assert no_internet["metadata"]["labels"]["rollout.dev/egress"] == "restricted"
+    allowlist = render(make_trial(egress={"restricted": True, "allowedHosts": ["pypi.org"]}))
+    assert allowlist["metadata"]["labels"]["rollout.dev/egress"].startswith("hosts-")
+    assert is_label_value(allowlist["metadata"]["labels"]["rollout.dev/egress"])
+    for public in (make_trial(), make_trial(egress={"restricted": False})):
+        assert "rollout.dev/egress" not in render(public)["metadata"]["labels"]
+
+
 def test_labels_are_computed_from_the_spec_when_the_trial_has_none() -> None:
     trial = make_trial(
         agent={"name": "Claude Code (Sonnet 4.5)", "execute": "claude"},

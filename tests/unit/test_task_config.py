@@ -166,14 +166,14 @@ def test_unknown_keys_are_kept_everywhere() -> None:
     config = parse_task_config(
         {
             "future_key": 1,
-            "environment": {"allow_internet": False, "cpus": 2},
+            "environment": {"sandbox_flavour": "x", "cpus": 2},
             "verifier": {"new_thing": {"a": "b"}, "env": {"X": "1"}},
             "brand_new_table": {"k": "v"},
             "task": {"name": "x/y", "license": "MIT"},
         }
     )
     assert config.model_extra == {"future_key": 1, "brand_new_table": {"k": "v"}}
-    assert config.environment.model_extra == {"allow_internet": False}
+    assert config.environment.model_extra == {"sandbox_flavour": "x"}
     assert config.verifier.model_extra == {"new_thing": {"a": "b"}}
     assert config.task is not None
     assert config.task.model_extra == {"license": "MIT"}
@@ -279,3 +279,72 @@ def test_parse_task_config_names_the_given_file() -> None:
     with pytest.raises(InvalidInput) as caught:
         parse_task_config({"environment": {"cpus": "abc"}}, "manifest task x")
     assert str(caught.value).startswith("manifest task x: environment.cpus: 'abc' is not")
+
+
+# --- network access (allow_internet, network_mode, allowed_hosts) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("environment", "restricted", "hosts"),
+    [
+        ({}, False, []),
+        ({"allow_internet": True}, False, []),
+        ({"allow_internet": False}, True, []),
+        ({"network_mode": "public"}, False, []),
+        ({"network_mode": "no-network"}, True, []),
+        ({"network_mode": "none"}, True, []),  # Docker's spelling
+        ({"network_mode": "allowlist"}, True, []),  # no hosts: nothing but what trials need
+        (
+            {"network_mode": "allowlist", "allowed_hosts": ["pypi.org", "10.1.2.0/24", "pypi.org"]},
+            True,
+            ["10.1.2.0/24", "pypi.org"],
+        ),
+        ({"allow_internet": False, "allowed_hosts": ["pypi.org"]}, True, ["pypi.org"]),
+        ({"network_mode": "no-network", "allow_internet": False}, True, []),
+    ],
+)
+def test_a_tasks_network_keys_give_its_trials_egress(
+    environment: dict[str, Any], restricted: bool, hosts: list[str]
+) -> None:
+    egress = parse_task_config({"environment": environment}).environment.egress
+    assert (egress.restricted, egress.allowed_hosts) == (restricted, hosts)
+    assert (egress.label_value is not None) == restricted
+
+
+def test_one_set_of_allowed_hosts_has_one_label_however_written() -> None:
+    def label(hosts: list[str]) -> str | None:
+        toml = {"environment": {"network_mode": "allowlist", "allowed_hosts": hosts}}
+        return parse_task_config(toml).environment.egress.label_value
+
+    assert label(["a.example", "b.example"]) == label(["b.example", "a.example", "a.example"])
+    assert label(["a.example"]) != label(["b.example"])
+    assert label([]) == "restricted"
+
+
+@pytest.mark.parametrize(
+    ("environment", "says"),
+    [
+        ({"network_mode": "public", "allow_internet": False}, "disagree"),
+        ({"network_mode": "no-network", "allow_internet": True}, "disagree"),
+        ({"network_mode": "bridge"}, "'public', 'no-network' or 'allowlist'"),
+        ({"allowed_hosts": [""]}, "at least 1 character"),
+    ],
+)
+def test_network_keys_that_cannot_be_honoured_make_the_task_invalid(
+    environment: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        parse_task_config({"environment": environment})
+    assert raised.value.error_type == ErrorType.TASK_INVALID
+    assert any(says in problem.message for problem in raised.value.problems), raised.value
+
+
+def test_network_keys_read_back_the_same_from_a_manifest() -> None:
+    for environment in (
+        {"network_mode": "allowlist", "allowed_hosts": ["pypi.org"]},
+        {"network_mode": "none"},
+        {"allow_internet": False},
+    ):
+        config = parse_task_config({"environment": environment})
+        again = parse_task_config(config.to_dict())
+        assert again.environment.egress == config.environment.egress, environment

@@ -16,6 +16,9 @@
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["create"]
 {{- end -}}
 
 {{- define "rollout-operator.crdRules" -}}

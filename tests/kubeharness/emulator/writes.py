@@ -18,6 +18,7 @@ import kmock
 from kubeharness.emulator.errors import api_error, bad_request, conflict, invalid, not_found
 from kubeharness.emulator.patching import merge_patch, prune
 from kubeharness.emulator.state import Key, Schema
+from kubeharness.emulator.validation import check_builtin
 from kubeharness.resources import (
     CRDS,
     NAMESPACES,
@@ -185,6 +186,7 @@ class ObjectWrites:
             generation=1,
             resourceVersion=self._next_revision(),
         )
+        check_builtin(resource, body)
         created = self._normalised(resource, body)
         self._store(key, created)
         events.append((resource, "ADDED", created))
@@ -300,6 +302,7 @@ class ObjectWrites:
             raise invalid("no new finalizers can be added if the object is being deleted")
         if wanted == current:
             return current  # a no-op write changes nothing: no new resourceVersion, no event
+        check_builtin(resource, wanted)
         if _essence(wanted) != _essence(current):
             wanted["metadata"]["generation"] = old_meta.get("generation", 1) + 1
         wanted["metadata"]["resourceVersion"] = self._next_revision()

@@ -25,6 +25,7 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator, m
 
 from rollout.api.base import OpenFileModel
 from rollout.api.errors import ErrorType, InvalidInput, Problem
+from rollout.api.network import NETWORK_MODE_ALIASES, NetworkMode, TrialEgress
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.quantity import (
     cpu_millicores,
@@ -103,6 +104,44 @@ class EnvironmentConfig(OpenFileModel):
     mcp_servers: list[dict[str, Any]] = Field(
         default_factory=list, description="MCP servers offered to the agent, kept as written."
     )
+    allow_internet: bool = Field(True, description="False: no network but what the trial needs.")
+    network_mode: NetworkMode | None = Field(
+        None, description="public, no-network ('none') or allowlist; wins over allow_internet."
+    )
+    allowed_hosts: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="Hosts a no-network or allowlist task may reach."
+    )
+
+    @field_validator("network_mode", mode="before")
+    @classmethod
+    def _network_mode_alias(cls, value: Any) -> Any:
+        return NETWORK_MODE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _network_keys_agree(self) -> EnvironmentConfig:
+        if self.network_mode is None:
+            return self
+        public = self.network_mode == NetworkMode.PUBLIC
+        if "allow_internet" not in self.model_fields_set:
+            # Made to agree, so that the task reads back the same from its manifest.
+            self.allow_internet = public
+        elif public != self.allow_internet:
+            raise ValueError(
+                f"environment.network_mode = {self.network_mode.value!r} and "
+                f"environment.allow_internet = {str(self.allow_internet).lower()} disagree; "
+                "set only one of them"
+            )
+        return self
+
+    @property
+    def egress(self) -> TrialEgress:
+        """The network access the task's trials get (`rollout.api.network`)."""
+        mode = self.network_mode
+        if mode is None:
+            mode = NetworkMode.PUBLIC if self.allow_internet else NetworkMode.NO_NETWORK
+        if mode == NetworkMode.PUBLIC:
+            return TrialEgress()
+        return TrialEgress(restricted=True, allowed_hosts=self.allowed_hosts)
 
     @field_validator("cpus", mode="before")
     @classmethod

@@ -45,7 +45,8 @@ from rollout.api.job import JobConfig, JobDataset, read_job_file
 from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
 from rollout.api.rules import ORACLE_AGENT
-from rollout.api.taskdir import TASK_TOML, BrokenTask, no_solution_message
+from rollout.api.task_support import unhonoured_keys
+from rollout.api.taskdir import TASK_TOML, BrokenTask, Task, no_solution_message
 from rollout.api.translate import job_to_rollout_job
 from rollout.datasets.bundle import build_manifest
 from rollout.datasets.registry import fetch_registry_dataset, load_registry
@@ -187,6 +188,7 @@ def check_job(
     loaded = [d for d in datasets if d is not None]
     warnings += _build_warnings(loaded, force_build=job.environment.force_build)
     warnings += _task_env_warnings(loaded, job)
+    warnings += unhonoured_problems(loaded)
     if problems:
         raise InvalidInput(problems)
     return CheckedJob(path, job, read.content, datasets, warnings)
@@ -278,6 +280,19 @@ def _build_warnings(datasets: Sequence[Dataset], *, force_build: bool) -> list[P
                     )
                 )
     return warnings
+
+
+def unhonoured_problems(sources: Sequence[Dataset | Task]) -> list[Problem]:
+    """The task.toml keys of these tasks (or datasets' tasks) that a trial cannot honour, each a
+    warning naming the task's task.toml, the key and what happens instead
+    (`api.task_support.unhonoured_keys`)."""
+    tasks = [t for s in sources for t in (s.tasks if isinstance(s, Dataset) else [s])]
+    return [
+        Problem(str(task.path / TASK_TOML), unhonoured.key, unhonoured.instead)
+        for task in tasks
+        if not isinstance(task, BrokenTask)
+        for unhonoured in unhonoured_keys(task.config)
+    ]
 
 
 def _task_env_warnings(datasets: Sequence[Dataset], job: JobConfig) -> list[Problem]:

@@ -29,12 +29,12 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
-from rollout.api.dataset import Dataset, load_local_dataset, looks_like_registry
+from rollout.api.dataset import load_local_dataset, looks_like_registry
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
 from rollout.api.taskdir import load_task
-from rollout.cli.prepare import EnvValues, cache_dir, check_job
+from rollout.cli.prepare import EnvValues, cache_dir, check_job, unhonoured_problems
 from rollout.datasets.registry import load_registry
 
 EPILOG = """\
@@ -124,7 +124,7 @@ def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]
     raises InvalidInput, or returns its warnings (a list of Problems) or anything else."""
     if path.is_dir():
         if (path / "task.toml").exists():
-            return "task", load_task
+            return "task", check_task
         return "dataset", check_dataset
     if path.suffix == ".json" and _is_registry(path):
         return "registry", load_registry
@@ -139,13 +139,18 @@ def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]
     return "file", _unknown_kind
 
 
-def check_dataset(path: Path) -> Dataset:
+def check_task(path: Path) -> list[Problem]:
+    """A task directory: its problems, else its warnings (keys a trial cannot honour)."""
+    return unhonoured_problems([load_task(path)])
+
+
+def check_dataset(path: Path) -> list[Problem]:
     """A dataset directory is valid when every task in it is (`rollout run` would run the
-    others, and fail the broken ones' trials)."""
+    others, and fail the broken ones' trials); its warnings."""
     dataset = load_local_dataset(path)
     if problems := dataset.problems():
         raise InvalidInput(problems)
-    return dataset
+    return unhonoured_problems([dataset])
 
 
 def _manifests(path: Path) -> list[dict[str, Any]] | None:

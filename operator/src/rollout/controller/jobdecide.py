@@ -16,7 +16,9 @@ wait on a grace period. In this order:
 5. a job so accepted has its config.json written first (`WriteJobConfig`, before its first
    trial), until the reconciler knows it is in storage; the executor writes it only where
    storage has none (`rollout run` writes its own before it creates the RolloutJob, and a
-   restarted operator does not know what it wrote before);
+   restarted operator does not know what it wrote before); a job with no-internet tasks has its
+   NetworkPolicies made next (`CreateNetworkPolicies`, `netpolicy`), before any trial Pod, until
+   the reconciler knows they exist;
 6. the trials to look at each take their step (`trials.decide`), and the next trials are
    created in the seed's order while fewer than nConcurrentTrials are unfinished, each with its
    Pod right away; a trial that cannot run fails at once, with no Pod: its task is broken
@@ -46,6 +48,7 @@ from rollout.controller.finish import job_result
 from rollout.controller.gauges import TrialGauges, trial_gauges
 from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
 from rollout.controller.jobspec import Invalid, JobSpec, Planned, StorageUnavailable, Unplanned
+from rollout.controller.netpolicy import PolicyPlan
 from rollout.controller.planner import PlannedTrial, all_finished, next_to_create, unfinished_count
 from rollout.controller.prices import UnitPrices
 from rollout.controller.records import OperatorRecord, TrialPlace
@@ -115,6 +118,8 @@ class JobView:
     """Where the finished job's result.json was just written (None: not yet)."""
     config_written: bool = False
     """The job's config.json is known to be in storage (this reconciler wrote or found it)."""
+    policies_made: bool = False
+    """The job's NetworkPolicies are known to exist (for this generation)."""
 
 
 # --- what it does ---------------------------------------------------------------------------------
@@ -187,6 +192,14 @@ class WriteJobConfig:
 
 
 @dataclass(frozen=True)
+class CreateNetworkPolicies:
+    """Make the job's NetworkPolicies (`netpolicy`; existing ones are kept): the names they
+    need resolved, then each created, owned by the job."""
+
+    plan: PolicyPlan
+
+
+@dataclass(frozen=True)
 class WriteJobFiles:
     """Write the finished job's result.json to storage."""
 
@@ -225,6 +238,7 @@ JobAction = (
     | TrialStep
     | CreateTrial
     | WriteJobConfig
+    | CreateNetworkPolicies
     | WriteJobFiles
     | ReportGauges
     | PatchJobStatus
@@ -269,11 +283,16 @@ def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
         decision = JobDecision((*steps, *creations), waiting=waiting)
     else:
         decision = _status(view, spec, steps, waiting)
-    if view.config_written:
+    first: list[JobAction] = []
+    if not view.config_written:
+        # First: a job's trials never run without its config.json in storage.
+        first.append(WriteJobConfig(spec.storage, spec.job))
+    if spec.policies is not None and not view.policies_made:
+        # Before any Pod: a no-internet trial never runs without its policy.
+        first.append(CreateNetworkPolicies(spec.policies))
+    if not first:
         return decision
-    # First: a job's trials never run without its config.json in storage.
-    config_json = WriteJobConfig(spec.storage, spec.job)
-    return replace(decision, actions=(config_json, *decision.actions))
+    return replace(decision, actions=(*first, *decision.actions))
 
 
 CANCELLED = (

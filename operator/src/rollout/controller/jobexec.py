@@ -34,9 +34,11 @@ from rollout.api.trials import TrialKey
 from rollout.controller.cost import trial_cost
 from rollout.controller.datasets import DatasetProblem
 from rollout.controller.finish import write_job_files
+from rollout.controller.hostnames import resolve_names
 from rollout.controller.index import TrialEntry, earlier_cost
 from rollout.controller.jobconfig import write_job_config
 from rollout.controller.jobdecide import (
+    CreateNetworkPolicies,
     CreateTrial,
     DeleteJob,
     JobAction,
@@ -49,6 +51,7 @@ from rollout.controller.jobdecide import (
     WriteJobFiles,
 )
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, check_job, plan_trials
+from rollout.controller.netpolicy import PolicyPlan, render_policies
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pod import render_trial_pod
 from rollout.controller.podfields import timestamp
@@ -78,6 +81,8 @@ class Done:
     """The finished job's files were written: its result.json."""
     config_written: bool = False
     """The job's config.json is in storage (written now, or found there)."""
+    policies_made: bool = False
+    """The job's NetworkPolicies exist (made now, or found)."""
 
     @property
     def changed(self) -> bool:
@@ -128,6 +133,9 @@ class JobExecutor:
                 case WriteJobConfig(storage=storage, job=job):
                     await write_job_config(self.runtime.stores.for_spec(storage), job)
                     done.config_written = True
+                case CreateNetworkPolicies(plan=plan):
+                    await self._create_network_policies(plan)
+                    done.policies_made = True
                 case WriteJobFiles(storage=storage, job=job, result=result):
                     store = self.runtime.stores.for_spec(storage)
                     done.result_uri = (await write_job_files(store, job, result)).result_uri
@@ -165,6 +173,24 @@ class JobExecutor:
         except StorageError as err:
             return StorageUnavailable(f"Object storage cannot be reached; retrying: {err}")
         return plan_trials(job, self.name, datasets, storage, self.where)
+
+    # --- the job's NetworkPolicies
+
+    async def _create_network_policies(self, plan: PolicyPlan) -> None:
+        """Resolve the names the policies need, then create each (an existing one is kept)."""
+        rendered = render_policies(
+            plan,
+            job_name=self.name,
+            job_uid=self.uid,
+            namespace=self.namespace,
+            addresses=await resolve_names(plan.names),
+        )
+        for policy in rendered.policies:
+            if await self.api.create_network_policy(self.namespace, policy):
+                log.info("%s: created NetworkPolicy %s", self.where, policy["metadata"]["name"])
+        for warning in rendered.warnings:
+            self.post_warning("NetworkPolicy", warning)
+            log.warning("%s: %s", self.where, warning)
 
     # --- trials' files in storage
 

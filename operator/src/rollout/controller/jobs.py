@@ -97,6 +97,7 @@ class JobReconciler:
         self._spec: JobSpec | None = None  # the spec as understood for `_generation`
         # Once in storage, for good (every generation): config.json is the job as submitted.
         self._config_written = False
+        self._policies_made = False  # per generation: a new one may need other policies
         self._stopped: kopf.DaemonStopped | None = None
 
     # --- the loop
@@ -164,6 +165,7 @@ class JobReconciler:
                     self._spec = spec
             result_uri = done.result_uri or result_uri
             self._config_written = self._config_written or done.config_written
+            self._policies_made = self._policies_made or done.policies_made
             if not done.changed:
                 return _earliest(decision.requeue_after, recheck)
         return 0.0  # still unsettled: the next pass follows at once
@@ -206,6 +208,7 @@ class JobReconciler:
         if self._spec is None or generation != self._generation:
             self._generation = generation
             self._spec = parse_job(self.body, self.where)
+            self._policies_made = False
             self.pacer.everything()
         return self._spec
 
@@ -232,6 +235,7 @@ class JobReconciler:
             status_due_in=self.pacer.status_due_in(),
             result_uri=result_uri,
             config_written=self._config_written,
+            policies_made=self._policies_made,
         )
 
     def _look(self, trial: TrialEntry | None) -> TrialLook | None:

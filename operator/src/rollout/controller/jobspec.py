@@ -24,6 +24,7 @@ from rollout.api.problems import validation_problems
 from rollout.api.resources import JobConditionReason, RolloutJob, RolloutJobStatus, StorageSpec
 from rollout.controller.buckets import NoStorage, job_storage_spec
 from rollout.controller.datasets import ResolvedDataset
+from rollout.controller.netpolicy import PolicyPlan, policy_plan
 from rollout.controller.planner import JobPlan, plan_job
 
 
@@ -41,6 +42,8 @@ class Planned:
     job: RolloutJob
     plan: JobPlan
     storage: StorageSpec
+    policies: PolicyPlan | None = None
+    """What the job's NetworkPolicies are made from (None: no trial of it needs one)."""
 
 
 @dataclass(frozen=True)
@@ -117,4 +120,5 @@ def plan_trials(
         plan = plan_job(resource_name, agents, datasets, job.spec.n_attempts)
     except ValueError as err:
         return Invalid(JobConditionReason.INVALID_SPEC, f"{where}: {err}")
-    return Planned(job, plan, storage)
+    # Worked out once per plan: a job of many trials is not looked through again at each pass.
+    return Planned(job, plan, storage, policy_plan(job, storage, plan))

@@ -62,6 +62,7 @@ class KubeApi:
     ) -> None:
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.core = kubernetes.client.CoreV1Api(api_client)
+        self.networking = kubernetes.client.NetworkingV1Api(api_client)
         self.timeout = timeout
         self.metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout-api")
@@ -172,6 +173,22 @@ class KubeApi:
             await self._call_undecoded(self.core.delete_namespaced_pod, name, namespace)
         except ApiException as err:
             if err.status == 404:
+                return False
+            raise
+        return True
+
+    # --- NetworkPolicies
+
+    async def create_network_policy(self, namespace: str, body: Mapping[str, Any]) -> bool:
+        """Create a NetworkPolicy; True when created, False when it existed already (kept as
+        it is)."""
+        self._count("networkpolicies", "create")
+        try:
+            await self._call_undecoded(
+                self.networking.create_namespaced_network_policy, namespace, dict(body)
+            )
+        except ApiException as err:
+            if err.status == 409:
                 return False
             raise
         return True

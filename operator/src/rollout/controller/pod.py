@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from rollout.api.environment import EnvironmentType
 from rollout.api.errors import InvalidInput, Problem
+from rollout.api.network import EGRESS_LABEL
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import (
     API_VERSION,
@@ -218,7 +219,8 @@ def parse_trial_spec(trial: Mapping[str, Any]) -> RolloutTrialSpec:
 
 
 def pod_labels(trial: Mapping[str, Any], spec: RolloutTrialSpec) -> dict[str, str]:
-    """The trial's labels (job, trial, agent, dataset, task) and the Pod's component.
+    """The trial's labels (job, trial, agent, dataset, task), the Pod's component and, when its
+    egress is restricted, the label the job's NetworkPolicies select it by.
 
     The trial's own values of those labels are kept when it has them, so that one selector finds
     a trial and its Pod; missing ones are computed from the spec the same way.
@@ -229,6 +231,9 @@ def pod_labels(trial: Mapping[str, Any], spec: RolloutTrialSpec) -> dict[str, st
     own = metadata.get("labels") or {}
     labels.update({k: own[k] for k in TRIAL_LABELS if isinstance(own.get(k), str)})
     labels[LABEL_COMPONENT] = TRIAL_POD_COMPONENT
+    egress = spec.egress.label_value if spec.egress is not None else None
+    if egress is not None:
+        labels[EGRESS_LABEL] = egress  # the job's NetworkPolicies select it (`netpolicy`)
     return labels
 
 

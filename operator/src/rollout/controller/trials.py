@@ -130,6 +130,7 @@ def trial_spec(
         verifier_user=task.verifier.user,
         isolate_agent=spec.isolate_agents,
         workdir=task.environment.workdir,
+        egress=task.environment.egress if task.environment.egress.restricted else None,
         storage=storage,
         runner_image=runner_image,
         pod=spec.pod,

@@ -27,6 +27,7 @@ from rollout.api.base import ApiModel
 from rollout.api.environment import EnvironmentType
 from rollout.api.failures import FailureClass
 from rollout.api.job_settings import LogLevel
+from rollout.api.network import TrialEgress
 from rollout.api.quantity import QUANTITY_PATTERN
 from rollout.api.resources.common import (
     AGE_COLUMN,
@@ -118,6 +119,11 @@ class RolloutTrialSpec(ApiModel):
     )
     workdir: str | None = Field(
         None, description="Working directory for agent and verifier; default: the image's."
+    )
+    egress: TrialEgress | None = Field(
+        None,
+        description="The task's restricted network access, which the job's NetworkPolicies "
+        "enforce; null: no limit.",
     )
     storage: StorageSpec = Field(description="Object storage for the task files and results.")
     runner_image: str = Field(min_length=1, description="Image of the runner sidecar.")
