@@ -227,3 +227,19 @@ def test_values_of_variables_are_needed_only_to_render_the_secret(
         f"error: {job_file}: agents[0].env.AUTH: environment variable TOKEN is not set "
         "(agent 'coder' takes AUTH from ${TOKEN})",
     ]
+
+
+def test_render_lists_the_tasks_that_cannot_run_as_rollout_run_does(
+    tmp_path: Path, environ: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy_task(tmp_path / "tasks")
+    shutil.rmtree(tmp_path / "tasks" / "hello-offline" / "solution")
+    job_file = tmp_path / "plain.yaml"
+    job_file.write_text("name: plain\nagents:\n  - name: oracle\ndatasets:\n  - path: ./tasks\n")
+    documents, _, err = render(capsys, environ, str(job_file))
+    assert [d["kind"] for d in documents] == ["RolloutJob"]  # rendered: the job still runs
+    assert err.splitlines() == [
+        f"warning: {job_file}: datasets[0]: task_invalid for the oracle agent: Task "
+        "'hello-offline' is invalid: the oracle agent needs solution/solve.sh (or, as in seed "
+        "004, solve.sh at the task root), and the task has neither"
+    ]

@@ -76,7 +76,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     # The `${VAR}` values are needed only for the Secret, which only --include-secrets renders.
     env_values = EnvValues.REQUIRED if args.include_secrets else EnvValues.UNUSED
     prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ), env_values=env_values)
-    for warning in prepared.warnings:
+    # What rollout run would say before it starts: the same warnings, and the tasks that cannot
+    # run (their trials fail without starting once the rendered job is applied).
+    for warning in [*prepared.warnings, *prepared.task_problems()]:
         print(f"warning: {warning}", file=sys.stderr)
     rollout_job, secret = build_resources(
         prepared,
