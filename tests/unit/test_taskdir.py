@@ -442,6 +442,9 @@ def test_broken_tasks_are_kept_in_their_places_and_the_others_load(tmp_path: Pat
     (tmp_path / "half-task").mkdir()
     (tmp_path / "half-task" / "instruction.md").write_text("only this\n")
     (tmp_path / "moved").symlink_to(Path("elsewhere") / "moved")
+    # Files that could be neither hashed nor archived break their task only.
+    os.mkfifo(make_task(tmp_path, "with-fifo") / "pipe")
+    (make_task(tmp_path, "with-escape") / "secrets").symlink_to("../../etc")
     dataset = load_local_dataset(tmp_path)
     assert [(t.name, type(t).__name__) for t in dataset.tasks] == [
         ("bad-one", "BrokenTask"),
@@ -449,6 +452,8 @@ def test_broken_tasks_are_kept_in_their_places_and_the_others_load(tmp_path: Pat
         ("good", "Task"),
         ("half-task", "BrokenTask"),
         ("moved", "BrokenTask"),
+        ("with-escape", "BrokenTask"),
+        ("with-fifo", "BrokenTask"),
     ]
     broken = {t.name: t for t in dataset.broken}
     assert {name: t.error_type for name, t in broken.items()} == {
@@ -456,6 +461,8 @@ def test_broken_tasks_are_kept_in_their_places_and_the_others_load(tmp_path: Pat
         "bad-two": ErrorType.TASK_INVALID,
         "half-task": ErrorType.TASK_INVALID,
         "moved": ErrorType.TASK_NOT_FOUND,
+        "with-escape": ErrorType.TASK_INVALID,
+        "with-fifo": ErrorType.TASK_INVALID,
     }
     # Every problem, naming files on this machine, as `rollout validate DATASET` reports them.
     found = [(Path(p.file).relative_to(tmp_path).as_posix(), p.field) for p in dataset.problems()]
@@ -466,6 +473,8 @@ def test_broken_tasks_are_kept_in_their_places_and_the_others_load(tmp_path: Pat
         ("half-task/environment", None),
         ("half-task/tests", None),
         ("moved", None),
+        ("with-escape/secrets", None),
+        ("with-fifo/pipe", None),
     ]
     # The trials' messages name no path of this machine (they go into the manifest).
     assert broken["bad-one"].message == (
@@ -473,6 +482,13 @@ def test_broken_tasks_are_kept_in_their_places_and_the_others_load(tmp_path: Pat
     )
     assert broken["bad-two"].message.startswith(
         "Task 'bad-two' is invalid: task.toml: environment.cpus: "
+    )
+    assert broken["with-escape"].message == (
+        "Task 'with-escape' is invalid: secrets: symbolic link to '../../etc' points outside the "
+        "task"
+    )
+    assert broken["with-fifo"].message == (
+        "Task 'with-fifo' is invalid: pipe: is not a regular file, directory or symbolic link"
     )
     assert broken["half-task"].message.startswith(
         "Task 'half-task' is invalid: task.toml: missing (the task's configuration); "

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from rollout.api.archive import link_escapes
 from rollout.api.errors import ErrorType, InvalidInput, Problem
 from rollout.api.task import TaskConfig, load_task_config
 
@@ -96,6 +97,7 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
     for script in (path / SOLUTION_SCRIPT, path / ROOT_SOLUTION_SCRIPT):
         if os.path.lexists(script) and not script.is_file():
             problems.append(Problem(str(script), None, f"is {_describe(script)}, expected a file"))
+    _check_tree(path, problems)
     if problems or config is None or instruction is None:
         raise InvalidInput(problems, ErrorType.TASK_INVALID)
     return Task(
@@ -105,6 +107,29 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
         instruction=instruction,
         solution=_solution(path),
     )
+
+
+def _check_tree(path: Path, problems: list[Problem]) -> None:
+    """What would stop the task's files from being hashed and archived: a file that is not a
+    regular file, directory or symlink (a socket, a fifo), or a symlink pointing outside the
+    task. Found here, so that such a task fails its own trials rather than its whole dataset."""
+    try:
+        entries = walk_tree(path)
+    except InvalidInput as err:
+        problems.extend(err.problems)
+        return
+    except OSError as err:
+        problems.append(Problem(str(path), None, f"cannot be read: {err.strerror or err}"))
+        return
+    for entry in entries:
+        target = entry.link_target
+        if (
+            entry.kind is EntryKind.SYMLINK
+            and target is not None
+            and link_escapes(entry.path, target)
+        ):
+            message = f"symbolic link to {target!r} points outside the task"
+            problems.append(Problem(str(entry.source), None, message))
 
 
 @dataclass(frozen=True)
