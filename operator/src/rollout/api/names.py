@@ -4,6 +4,8 @@ A module of constants only, so that every part of `rollout.api` (trial labels, t
 the translation's annotation) can use them without importing the resource models.
 """
 
+from typing import Any
+
 GROUP = "rollout.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -23,3 +25,17 @@ stays until `rollout release` removes it."""
 
 AGENT_ENV_ANNOTATION = f"{GROUP}/agent-env"
 """Annotation with the job.yaml text of Secret-backed agent env values: {agent: {KEY: text}}."""
+
+
+def controller_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
+    """The ownerReferences entry that makes one of our resources (`kind`: RolloutJob or
+    RolloutTrial) the controller of an object: deleted with it, and kept until the garbage
+    collector has deleted the object first when the owner is deleted in the foreground."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from rollout.api.names import controller_reference
 from rollout.api.network import EGRESS_LABEL, TrialEgress
-from rollout.api.resources import API_VERSION, LABEL_JOB, RolloutJob
+from rollout.api.resources import LABEL_JOB, RolloutJob
 from rollout.api.storage import StorageLocation
 from rollout.api.trials import label_value
 from rollout.controller.planner import JobPlan
@@ -261,16 +262,7 @@ def _policy(
             "name": policy_name(job_name, suffix),
             "namespace": namespace,
             "labels": {LABEL_JOB: job_label},
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": RolloutJob.resource.kind,
-                    "name": job_name,
-                    "uid": job_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [controller_reference(RolloutJob.resource.kind, job_name, job_uid)],
         },
         "spec": {"podSelector": pod_selector, "policyTypes": ["Egress"], "egress": rules},
     }

@@ -32,10 +32,10 @@ from pydantic import ValidationError
 
 from rollout.api.environment import EnvironmentType
 from rollout.api.errors import InvalidInput, Problem
+from rollout.api.names import controller_reference
 from rollout.api.network import EGRESS_LABEL
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import (
-    API_VERSION,
     GROUP,
     LABEL_AGENT,
     LABEL_DATASET,
@@ -184,16 +184,7 @@ def render_trial_pod(
             "namespace": namespace,
             "labels": pod_labels(trial, spec),
             "annotations": {ANNOTATION_RETRY: str(retry)},
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": RolloutTrial.resource.kind,
-                    "name": name,
-                    "uid": uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [controller_reference(RolloutTrial.resource.kind, name, uid)],
         },
         "spec": pod_spec,
     }

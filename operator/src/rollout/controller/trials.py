@@ -20,6 +20,7 @@ from typing import Any
 from rollout.api.errors import ErrorType
 from rollout.api.failures import FailureClass, failure_class
 from rollout.api.layout import retry_prefix
+from rollout.api.names import controller_reference
 from rollout.api.quantity import normalize_cpus, normalize_memory
 from rollout.api.resources import (
     API_VERSION,
@@ -158,16 +159,7 @@ def trial_manifest(
             "name": planned.name,
             "namespace": namespace,
             "labels": trial_labels(job_name, planned.key, planned.name),
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": RolloutJob.resource.kind,
-                    "name": job_name,
-                    "uid": job_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [controller_reference(RolloutJob.resource.kind, job_name, job_uid)],
         },
         "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
