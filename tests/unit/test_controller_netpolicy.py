@@ -17,7 +17,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from rollout.api.errors import ErrorType
 from rollout.api.resources import RolloutJob, StorageSpec
+from rollout.api.results import TrialError
 from rollout.api.task import parse_task_config
 from rollout.controller.config import OperatorConfig
 from rollout.controller.datasets import ResolvedDataset, ResolvedTask
@@ -283,6 +285,14 @@ def test_addresses_and_cidrs_in_allowed_hosts_need_no_resolving() -> None:
 
 def test_a_job_of_public_tasks_needs_no_policy() -> None:
     assert policy_plan(job(), MINIO, plan({"public": {}})) is None
+
+
+def test_a_broken_task_needs_no_policy_as_its_trials_get_no_pod() -> None:
+    config = parse_task_config({"environment": {**IMAGE, "allow_internet": False}})
+    error = TrialError(type=ErrorType.TASK_INVALID, message="Task 'b' is invalid: ...")
+    broken = ResolvedTask("b", None, config, error=error)
+    the_plan = plan_job("nightly", ["oracle"], [ResolvedDataset("d", "a" * 64, (broken,))], 1)
+    assert policy_plan(job(), MINIO, the_plan) is None
 
 
 def test_long_job_names_make_valid_distinct_policy_names() -> None:

@@ -125,7 +125,12 @@ def job_endpoints(job: RolloutJob, storage: StorageLocation) -> list[Endpoint]:
 
 def restricted_egresses(plan: JobPlan) -> list[TrialEgress]:
     """The job's distinct restricted egresses, in the plan's order (none: no policy needed)."""
-    configs = {trial.task.content_hash: trial.task.config for trial in plan.trials}
+    # A broken task's trials get no Pod (they fail at creation): nothing of theirs to hold.
+    configs = {
+        trial.task.content_hash: trial.task.config
+        for trial in plan.trials
+        if trial.task.error is None
+    }
     seen: dict[str | None, TrialEgress] = {}
     for config in configs.values():
         egress = config.environment.egress
