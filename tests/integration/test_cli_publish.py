@@ -111,22 +111,26 @@ async def test_a_bad_dataset_stops_the_publish_before_anything_is_written(
     assert s3_settings.store().list_keys("") == []
 
 
-async def test_a_task_that_cannot_be_archived_stops_the_publish_with_nothing_written(
+async def test_a_task_that_cannot_be_archived_is_broken_and_the_rest_is_published(
     storage_cli: Cli,
     workspace: Workspace,
     s3_settings: S3Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    link = workspace.root / "alpha" / "hello" / "environment" / "secrets"
-    os.symlink("../../../../../etc", link)  # leaves the task
-    registry = f"{workspace.root / 'registry.json'}#beta"
-    args = ["publish", registry, str(workspace.root / "alpha"), *storage_cli.storage_args()]
-    outcome = await storage_cli.run(capsys, *args)
-    assert outcome.code == 1
-    assert outcome.stderr == (
-        f"error: {link}: symbolic link to '../../../../../etc' points outside the task\n"
-    )
-    assert s3_settings.store().list_keys("") == []
+    alpha = workspace.root / "alpha"
+    os.symlink("../../../../../etc", alpha / "hello" / "environment" / "secrets")  # leaves it
+    outcome = await storage_cli.run(capsys, "publish", str(alpha), *storage_cli.storage_args())
+    assert outcome.code == 0, outcome.stderr
+    (entry,) = yaml.safe_load(outcome.stdout)
+    assert outcome.stderr.startswith("dataset alpha (2 tasks, 1 of them broken: hello): ")
+    store = s3_settings.store()
+    count, hello = json.loads(store.get_bytes(f"datasets/{entry['digest']}.json"))["tasks"]
+    assert hello["error"] == {
+        "type": "task_invalid",
+        "message": "Task 'hello' is invalid: environment/secrets: symbolic link to "
+        "'../../../../../etc' points outside the task",
+    }
+    assert store.list_keys("tasks/") == [f"tasks/{count['content_hash']}.tar.gz"]
 
 
 async def test_render_publish_uploads_the_bundles_the_manifest_names(
