@@ -147,7 +147,12 @@ class FakeContainer:
     """A running fake container; see the module docstring."""
 
     def __init__(
-        self, base: Path, shell: str, command: Sequence[str] | None, hide: Sequence[str]
+        self,
+        base: Path,
+        shell: str,
+        command: Sequence[str] | None,
+        hide: Sequence[str],
+        unterminated_etc: bool = False,
     ) -> None:
         if shell not in SHELLS:
             raise ValueError(f"shell must be one of {SHELLS}, got {shell!r}")
@@ -161,7 +166,7 @@ class FakeContainer:
         busybox = shutil.which("busybox") if shell == "busybox" else None
         if shell == "busybox" and busybox is None:
             raise RuntimeError(busybox_missing_reason())
-        _build_root(base, busybox, hide)
+        _build_root(base, busybox, hide, unterminated_etc)
         if command is None:
             command = shim_command(CONTROL_DIR)
             if shell == "/bin/bash":
@@ -253,7 +258,9 @@ class FakeContainer:
             raise RuntimeError(f"the fake container leaked mounts into the host: {leaked}")
 
 
-def _build_root(base: Path, busybox: str | None, hide: Sequence[str]) -> None:
+def _build_root(
+    base: Path, busybox: str | None, hide: Sequence[str], unterminated_etc: bool = False
+) -> None:
     root = base / "root"
     root.mkdir()
     for name in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -264,7 +271,7 @@ def _build_root(base: Path, busybox: str | None, hide: Sequence[str]) -> None:
             (root / name).mkdir()
     (base / "etc-upper").mkdir()
     (base / "etc-work").mkdir()
-    _add_agent_user(base / "etc-upper")
+    _add_agent_user(base / "etc-upper", unterminated=unterminated_etc)
     for name in ("etc", "proc", "dev", "rollout", "logs", "app", "home"):
         (root / name).mkdir()
     for name, mode in (("tmp", 0o1777), ("root", 0o700)):
@@ -283,9 +290,10 @@ def _build_root(base: Path, busybox: str | None, hide: Sequence[str]) -> None:
             (applets_dir / applet).symlink_to("/usr/bin/busybox")
 
 
-def _add_agent_user(etc: Path) -> None:
+def _add_agent_user(etc: Path, *, unterminated: bool = False) -> None:
     """Write to `etc` the host's user files plus a user and group `agent` with id 1000 (replacing
-    any other user or group with that name or id)."""
+    any other user or group with that name or id); `unterminated`: without a final newline, as a
+    hand-edited image may have them."""
     entries = {
         "passwd": f"{AGENT_USER}:x:{AGENT_UID}:{AGENT_UID}::/home/{AGENT_USER}:/bin/sh",
         "group": f"{AGENT_USER}:x:{AGENT_UID}:",
@@ -307,7 +315,7 @@ def _add_agent_user(etc: Path) -> None:
             )
             if not clashes:
                 kept.append(line)
-        path.write_text("\n".join([*kept, entry]) + "\n")
+        path.write_text("\n".join([*kept, entry]) + ("" if unterminated else "\n"))
 
 
 @contextlib.contextmanager
@@ -317,9 +325,11 @@ def fake_container(
     *,
     command: Sequence[str] | None = None,
     hide: Sequence[str] = (),
+    unterminated_etc: bool = False,
 ) -> Iterator[FakeContainer]:
-    """Run a fake container in `tmp_path` with the shim (or `command`) as its PID 1."""
-    container = FakeContainer(tmp_path, shell, command, hide)
+    """Run a fake container in `tmp_path` with the shim (or `command`) as its PID 1
+    (`unterminated_etc`: its /etc/passwd, group, shadow end without a newline)."""
+    container = FakeContainer(tmp_path, shell, command, hide, unterminated_etc)
     try:
         yield container
     finally:

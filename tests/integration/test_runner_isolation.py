@@ -5,9 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runner_kit import make_spec, publish_task, run_in_fake_container, trial_objects
+from runner_kit import (
+    make_spec,
+    new_container_dir,
+    publish_task,
+    run_in,
+    run_in_fake_container,
+    trial_objects,
+)
 
-from fakecontainer import requires_fake_container, shell_params
+from fakecontainer import fake_container, requires_fake_container, shell_params
 from rollout.api.errors import ErrorType
 from rollout.storage import ObjectStore
 
@@ -143,6 +150,35 @@ async def test_an_isolated_agent_runs_as_a_created_user_and_cannot_write_the_rew
     for probe in ("write", "rllm"):
         assert objects[f"logs/agent/{probe}.rc"] != b"0\n", probe
         assert b"Permission denied" in objects[f"logs/agent/{probe}.out"], probe
+
+
+async def test_the_agent_user_gets_a_line_of_its_own_in_an_unterminated_passwd(
+    tmp_path: Path, fast_retry_store: ObjectStore
+) -> None:
+    # An image whose /etc/passwd (group, shadow) does not end in a newline: appended as it is,
+    # the new entry would join the last one, and neither user would exist.
+    content_hash = publish_task(fast_retry_store, "reward-files")
+    spec = make_spec(
+        fast_retry_store,
+        "reward-files",
+        content_hash,
+        agent="probe",
+        execute=ISOLATED_PROBE,
+        isolateAgent=True,
+    )
+    base = new_container_dir(tmp_path)
+    with fake_container(base, unterminated_etc=True) as container:
+        report = await run_in(container, tmp_path, spec, fast_retry_store)
+    # The container's /etc: its changed files are in the overlay's upper directory (or, without
+    # overlayfs, in the copy under its root).
+    changed = base / "etc-upper" / "passwd"
+    passwd = (changed if changed.exists() else base / "root" / "etc" / "passwd").read_text()
+    assert report.result.error is None, report.error_text
+    objects = trial_objects(fast_retry_store, spec)
+    assert objects["logs/agent/whoami.txt"] == b"rollout-agent\n"
+    lines = passwd.splitlines()
+    assert lines[-1].startswith("rollout-agent:x:10001:10001:")
+    assert lines[-2].startswith("agent:x:1000:1000:")  # the image's last user is intact
 
 
 async def test_a_task_declared_agent_user_wins_over_isolation(

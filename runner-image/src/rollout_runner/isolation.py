@@ -28,12 +28,16 @@ def create_agent_user_script() -> str:
         # Is there an entry named $2 in the file $1? (A last line without a newline counts.)
         'has() { while IFS=: read -r n r || [ -n "$n" ]; do [ "$n" != "$2" ] || return 0; '
         'done <"$1"; return 1; }\n'
+        # Append the line $2 to the file $1, on a line of its own even when the file's last line
+        # has no newline (it would swallow the entry).
+        'add() { if [ -s "$1" ] && [ -n "$(tail -c 1 "$1")" ]; then echo >>"$1"; fi; '
+        'echo "$2" >>"$1"; }\n'
         f"if ! has /etc/passwd {_NAME}; then\n"
-        f"  echo '{_NAME}:x:{uid}:{uid}:rollout agent:{_HOME}:/bin/sh' >>/etc/passwd\n"
-        f"  has /etc/group {_NAME} 2>/dev/null || echo '{_NAME}:x:{uid}:' >>/etc/group\n"
+        f"  add /etc/passwd '{_NAME}:x:{uid}:{uid}:rollout agent:{_HOME}:/bin/sh'\n"
+        f"  has /etc/group {_NAME} 2>/dev/null || add /etc/group '{_NAME}:x:{uid}:'\n"
         # PAM's su refuses a user without a shadow entry where the image has a shadow file.
         f"  if [ -f /etc/shadow ] && ! has /etc/shadow {_NAME}; then\n"
-        f"    echo '{_NAME}:*:19000:0:99999:7:::' >>/etc/shadow\n"
+        f"    add /etc/shadow '{_NAME}:*:19000:0:99999:7:::'\n"
         "  fi\n"
         f"  mkdir -p {_HOME}; chown {uid}:{uid} {_HOME}; chmod 0700 {_HOME}\n"
         "fi\n"
