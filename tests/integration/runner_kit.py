@@ -18,7 +18,7 @@ from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.taskdir import task_content_hash
 from rollout.datasets.bundle import task_archive
-from rollout.storage import ObjectStore, RetryPolicy
+from rollout.storage import DirectoryStore, ObjectStore, RetryPolicy
 from rollout_runner.context import RunnerOptions
 from rollout_runner.environment import Environment
 from rollout_runner.shim_environment import ShimEnvironment
@@ -39,16 +39,17 @@ def fast_store(settings: S3Settings, retry: RetryPolicy = FAST_RETRY) -> ObjectS
     return settings.store(retry=retry)
 
 
-def publish_task(store: ObjectStore, name: str) -> str:
-    """Put tests/data/tasks/<name> into the bucket as the CLI would; its content hash."""
+def publish_task(store: ObjectStore | DirectoryStore, name: str) -> str:
+    """Put tests/data/tasks/<name> into the bucket (or directory) as the CLI would; its content
+    hash."""
     directory = TASKS / name
     content_hash = task_content_hash(directory)
-    store.put_bytes(task_archive_key(store.location.prefix, content_hash), task_archive(directory))
+    store.put_bytes(task_archive_key(store.prefix, content_hash), task_archive(directory))
     return content_hash
 
 
 def make_spec(
-    store: ObjectStore,
+    store: ObjectStore | DirectoryStore,
     task: str,
     content_hash: str | None,
     *,
@@ -78,18 +79,25 @@ def make_spec(
             "verifierSec": verifier_sec,
             "buildSec": 600,
         },
-        "storage": {
-            "bucket": store.location.bucket,
-            "prefix": store.location.prefix,
-            "endpoint": store.location.endpoint,
-            "pathStyle": True,
-        },
+        "storage": _storage_spec(store),
         "runnerImage": "rollout-runner:test",
         **fields,
     }
     if agent == "oracle":
         data["agent"] = {"name": "oracle", "env": list(env)}
     return RolloutTrialSpec.model_validate(data)
+
+
+def _storage_spec(store: ObjectStore | DirectoryStore) -> dict[str, Any]:
+    if isinstance(store, DirectoryStore):
+        # A RolloutTrial always names a bucket; a runner given ROLLOUT_STORAGE_DIR never uses it.
+        return {"bucket": "unused-by-a-directory", "prefix": store.prefix}
+    return {
+        "bucket": store.location.bucket,
+        "prefix": store.location.prefix,
+        "endpoint": store.location.endpoint,
+        "pathStyle": True,
+    }
 
 
 def trial_objects(store: ObjectStore, spec: RolloutTrialSpec) -> dict[str, bytes]:

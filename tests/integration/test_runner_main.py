@@ -12,7 +12,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from runner_kit import fast_store, make_spec, new_container_dir, publish_task, trial_objects
+from runner_kit import (
+    DATASET,
+    JOB,
+    fast_store,
+    make_spec,
+    new_container_dir,
+    publish_task,
+    trial_objects,
+)
 from s3_kit import S3Settings
 
 from fakecontainer import fake_container, requires_fake_container
@@ -20,6 +28,7 @@ from rollout.api.errors import ErrorType
 from rollout.api.results import TrialResult
 from rollout.api.wire.spec import agent_env_var_name, pod_created_at_text
 from rollout.api.wire.termination import MAX_BYTES
+from rollout.storage import DirectoryStore
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +145,89 @@ def test_a_secret_agent_env_value_is_used_and_never_stored(
         assert credential not in done.stderr
 
 
+@requires_fake_container()
+@pytest.mark.parametrize("agent", ["oracle", "scripted"])
+def test_with_a_storage_directory_the_trial_reads_and_writes_only_there(
+    tmp_path: Path, agent: str
+) -> None:
+    storage_dir = tmp_path / "storage"
+    storage_dir.mkdir()
+    store = DirectoryStore(storage_dir)
+    content_hash = publish_task(store, "hello-offline")
+    scripted = {
+        "install": 'echo "installing"',
+        # A name a directory refuses (a backslash) must not keep result.json from being stored.
+        "execute": r"""echo "Hello, world!" > /app/hello.txt; printf x > '/logs/agent/a\b'""",
+    }
+    spec = make_spec(store, "hello-offline", content_hash, agent=agent, **scripted)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True))
+    termination_log = tmp_path / "termination-log"
+    with fake_container(new_container_dir(tmp_path)) as container:
+        # No bucket, endpoint or credentials: nothing but the directory.
+        done = rollout_runner(
+            "--spec",
+            str(spec_file),
+            "--control-dir",
+            str(container.control_dir),
+            "--logs-dir",
+            str(container.logs_dir),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--termination-log",
+            str(termination_log),
+            "--ready-timeout-sec",
+            "20",
+            env={"PATH": os.environ["PATH"], "ROLLOUT_STORAGE_DIR": str(storage_dir)},
+        )
+        assert container.wait_exit(20) == 0
+
+    assert done.returncode == 0, done.stderr
+    trial_dir = storage_dir / "jobs" / JOB / agent / DATASET / "hello-offline__1"
+    files = {
+        path.relative_to(trial_dir).as_posix() for path in trial_dir.rglob("*") if path.is_file()
+    }
+    outputs = {"command/stdout.txt", "command/stderr.txt"}
+    if agent == "oracle":
+        outputs |= {"logs/agent/oracle.log"}  # no install, so no setup/
+    else:
+        outputs |= {"setup/stdout.txt", "setup/stderr.txt"}
+    logs = {"logs/verifier/reward.txt", "logs/verifier/stdout.txt", "logs/verifier/stderr.txt"}
+    assert files == {"result.json", *outputs, *logs}
+    result = TrialResult.model_validate_json((trial_dir / "result.json").read_bytes())
+    assert result.reward == 1.0
+    assert result.error is None
+    assert (trial_dir / "logs/verifier/reward.txt").read_bytes() == b"1\n"
+    # Nothing else was written in the directory, and no temporary file is left.
+    every_file = {
+        p.relative_to(storage_dir).as_posix() for p in storage_dir.rglob("*") if p.is_file()
+    }
+    archive = f"tasks/{content_hash}.tar.gz"
+    trial = trial_dir.relative_to(storage_dir).as_posix()
+    assert every_file == {archive, *(f"{trial}/{name}" for name in files)}
+    message = json.loads(termination_log.read_bytes())
+    assert message["reward"] == 1.0
+    assert message["result_uri"] == (trial_dir / "result.json").as_uri()
+
+
+def test_a_storage_directory_that_is_not_one_is_refused_by_name(tmp_path: Path) -> None:
+    termination_log = tmp_path / "termination-log"
+    spec = make_spec(DirectoryStore(tmp_path), "hello-offline", "0" * 64)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True))
+    done = rollout_runner(
+        "--spec",
+        str(spec_file),
+        "--termination-log",
+        str(termination_log),
+        env={"PATH": os.environ["PATH"], "ROLLOUT_STORAGE_DIR": "relative/storage"},
+    )
+    assert done.returncode == 2
+    message = json.loads(termination_log.read_text())["error"]["message"]
+    assert "ROLLOUT_STORAGE_DIR" in message
+    assert "'relative/storage' is not an absolute path" in message
+
+
 def test_help_documents_the_spec_and_storage_settings() -> None:
     done = rollout_runner("--help", env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0
@@ -147,6 +239,7 @@ def test_help_documents_the_spec_and_storage_settings() -> None:
         "ROLLOUT_STORAGE_BUCKET",
         "ROLLOUT_STORAGE_ENDPOINT",
         "ROLLOUT_STORAGE_CREDENTIALS_DIR",
+        "ROLLOUT_STORAGE_DIR",
         "/dev/termination-log",
         "preserveEnv",
     ):

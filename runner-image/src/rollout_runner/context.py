@@ -15,7 +15,7 @@ from rollout.api.layout import trial_prefix
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.rules import ORACLE_AGENT
 from rollout.api.taskdir import Task
-from rollout.storage import ObjectStore
+from rollout.storage import Store
 from rollout_runner.clock import Clock
 from rollout_runner.environment import Environment, EnvironmentFailure, ExecResult
 from rollout_runner.record import TrialRecord
@@ -60,7 +60,7 @@ class TrialContext:
 
     spec: RolloutTrialSpec
     environment: Environment
-    store: ObjectStore
+    store: Store
     clock: Clock
     options: RunnerOptions
     agent_env: AgentEnv
@@ -125,7 +125,7 @@ class TrialContext:
         """`<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/` in the bucket."""
         spec = self.spec
         return trial_prefix(
-            self.store.location.prefix,
+            self.store.prefix,
             spec.job_name,
             spec.agent.name,
             spec.dataset_name,

@@ -22,13 +22,17 @@ from rollout.api.wire.spec import AGENT_ENV_PREFIX, POD_CREATED_ENV_VAR, SPEC_EN
 from rollout.storage import (
     ENV_BUCKET,
     ENV_CREDENTIALS_DIR,
+    ENV_DIR,
     ENV_ENDPOINT,
     ENV_PATH_STYLE,
     ENV_PREFIX,
     ENV_REGION,
+    DirectoryStore,
     ObjectStore,
     StorageCredentials,
     StorageLocation,
+    Store,
+    directory_from_env,
     storage_from_env,
 )
 from rollout_runner import termination as termination_log
@@ -45,6 +49,9 @@ from rollout_runner.spec import (
 from rollout_runner.trial import TrialReport, run_trial, trial_names
 
 log = logging.getLogger("rollout_runner")
+
+Storage = DirectoryStore | tuple[StorageLocation, StorageCredentials | None]
+"""Where the trial's files go: a directory (local mode), or a bucket and its credentials."""
 
 EXIT_OK = 0
 EXIT_RUNNER_FAILED = 1
@@ -83,9 +90,13 @@ storage (environment variables):
   {ENV_CREDENTIALS_DIR:<32} mounted Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
   {"":<32} (and AWS_SESSION_TOKEN); else those variables, else
   {"":<32} boto3's default chain (IRSA, instance profile)
+  {ENV_DIR:<32} instead of a bucket: an absolute path to a directory
+  {"":<32} that holds the same keys as files (local mode); then
+  {"":<32} no bucket, endpoint or credentials (set one or the other)
   The task is read from <prefix>/tasks/<taskContentHash>.tar.gz; the trial's files go to
   <prefix>/jobs/<job>/<agent>/<dataset>/<task>__<attempt>/ (setup/, command/, logs/,
-  error.txt, and result.json last).
+  error.txt, and result.json last). In a directory, each file is written under a temporary
+  name and renamed, so a result.json there is always whole.
 
 outcome:
   The termination log gets compact JSON (at most 4096 bytes): reward, error {{type, message}},
@@ -181,9 +192,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         agent_env = resolve_agent_env(spec.agent, os.environ)
         pod_created_at = load_pod_created_at(os.environ)
         try_number = load_try(os.environ)
-        location, credentials = storage_from_env()
+        storage: Storage = directory_from_env() or storage_from_env()
     except InvalidInput as err:
         return _fail(args.termination_log, f"The runner's input is invalid: {err}", EXIT_BAD_INPUT)
+    credentials = None if isinstance(storage, DirectoryStore) else storage[1]
     storage_secrets = credentials.secrets() if credentials else []
     redactor = Redactor([*agent_env.secrets, *storage_secrets], keep=trial_names(spec))
     handler.addFilter(RedactingFilter(redactor))
@@ -200,8 +212,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         report = asyncio.run(
             _run_trial(
                 spec,
-                location,
-                credentials,
+                storage,
                 args.control_dir,
                 agent_env,
                 options,
@@ -226,8 +237,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 async def _run_trial(
     spec: RolloutTrialSpec,
-    location: StorageLocation,
-    credentials: StorageCredentials | None,
+    storage: Storage,
     control_dir: Path,
     agent_env: AgentEnv,
     options: RunnerOptions,
@@ -238,7 +248,8 @@ async def _run_trial(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = ObjectStore(location, credentials)
+    # A bucket's client is made here, where a failure is the runner's, reported as such.
+    store: Store = storage if isinstance(storage, DirectoryStore) else ObjectStore(*storage)
     environment = ShimEnvironment(control_dir)
     return await run_trial(
         spec,

@@ -29,7 +29,7 @@ from rollout.api.layout import RESULT_JSON, job_prefix, trial_path
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialResult
 from rollout.api.wire import termination
-from rollout.storage import ObjectStore
+from rollout.storage import Store
 from rollout_runner.clock import SYSTEM_CLOCK, Clock
 from rollout_runner.context import RunnerOptions, TrialContext
 from rollout_runner.environment import Environment
@@ -41,7 +41,7 @@ from rollout_runner.spec import AgentEnv
 log = logging.getLogger(__name__)
 
 
-def trial_names(spec: RolloutTrialSpec, store: ObjectStore | None = None) -> list[str]:
+def trial_names(spec: RolloutTrialSpec, store: Store | None = None) -> list[str]:
     """The names the project made for a trial: never scrubbed, even where a secret matches a
     part of one (see `rollout_runner.redact`)."""
     path = trial_path(spec.agent.name, spec.dataset_name, spec.task_name, spec.attempt)
@@ -54,7 +54,7 @@ def trial_names(spec: RolloutTrialSpec, store: ObjectStore | None = None) -> lis
         spec.storage.prefix or "",
     ]
     if store is not None:
-        prefix = job_prefix(store.location.prefix, spec.job_name) + f"{path}/"
+        prefix = job_prefix(store.prefix, spec.job_name) + f"{path}/"
         names += [prefix, store.uri(prefix + RESULT_JSON)]
     return names
 
@@ -84,7 +84,7 @@ class TrialReport:
 async def run_trial(
     spec: RolloutTrialSpec,
     environment: Environment,
-    store: ObjectStore,
+    store: Store,
     *,
     agent_env: AgentEnv,
     options: RunnerOptions,

@@ -30,6 +30,14 @@ Without ROLLOUT_STORAGE_CREDENTIALS_DIR the credentials are the AWS_ACCESS_KEY_I
 AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN variables when set, else boto3's default chain
 (IRSA web identity, instance profile, ...). Credentials are held as pydantic SecretStr and never
 logged.
+
+Local mode keeps objects in a directory instead (`DirectoryStore`, the same keys as files under
+it), which the runner takes when it is given one (`directory_from_env`):
+
+    ROLLOUT_STORAGE_DIR              an absolute path to a directory; then no bucket, endpoint or
+                                     credentials (ROLLOUT_STORAGE_PREFIX still applies)
+
+The runner needs only what `Store` declares, which both stores have.
 """
 
 from rollout.api.storage import StorageLocation
@@ -38,14 +46,24 @@ from rollout.storage.credentials import (
     credentials_from_env,
     read_credentials_dir,
 )
-from rollout.storage.retry import ObjectNotFound, RetryPolicy, RetryStats, StorageError
+from rollout.storage.directory import DirectoryStore
+from rollout.storage.protocol import Store
+from rollout.storage.retry import (
+    InvalidKey,
+    ObjectNotFound,
+    RetryPolicy,
+    RetryStats,
+    StorageError,
+)
 from rollout.storage.settings import (
     ENV_BUCKET,
     ENV_CREDENTIALS_DIR,
+    ENV_DIR,
     ENV_ENDPOINT,
     ENV_PATH_STYLE,
     ENV_PREFIX,
     ENV_REGION,
+    directory_from_env,
     location_env,
     storage_from_env,
 )
@@ -54,10 +72,13 @@ from rollout.storage.store import ObjectStore, join_key
 __all__ = [
     "ENV_BUCKET",
     "ENV_CREDENTIALS_DIR",
+    "ENV_DIR",
     "ENV_ENDPOINT",
     "ENV_PATH_STYLE",
     "ENV_PREFIX",
     "ENV_REGION",
+    "DirectoryStore",
+    "InvalidKey",
     "ObjectNotFound",
     "ObjectStore",
     "RetryPolicy",
@@ -65,7 +86,9 @@ __all__ = [
     "StorageCredentials",
     "StorageError",
     "StorageLocation",
+    "Store",
     "credentials_from_env",
+    "directory_from_env",
     "join_key",
     "location_env",
     "read_credentials_dir",

@@ -118,6 +118,10 @@ class ObjectNotFound(StorageError):
     """The object does not exist (404 / NoSuchKey). Never retried."""
 
 
+class InvalidKey(StorageError):
+    """A store refused the key itself (`DirectoryStore`: one that is no safe relative path)."""
+
+
 class RetryStats:
     """Counts of attempts, retries and failures per operation, safe across threads."""
 

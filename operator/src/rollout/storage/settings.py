@@ -23,6 +23,7 @@ from rollout.storage.credentials import (
     credentials_from_env,
     read_credentials_dir,
 )
+from rollout.storage.directory import DirectoryStore
 
 BUCKET = Setting("bucket", "ROLLOUT_STORAGE_BUCKET", "--storage-bucket", key="storage.bucket")
 PREFIX = Setting("prefix", "ROLLOUT_STORAGE_PREFIX", "--storage-prefix", key="storage.prefix")
@@ -56,6 +57,20 @@ CREDENTIALS_SECRET = Setting(
 )
 """The name of the Secret trial Pods mount (the operator's default, the CLI's spec.storage)."""
 
+
+def absolute_directory(value: str) -> Path:
+    path = Path(value)
+    if not path.is_absolute():
+        raise ValueError(f"{value!r} is not an absolute path")
+    if not path.is_dir():
+        raise ValueError(f"{value!r} is not a directory")
+    return path
+
+
+DIR = Setting("dir", "ROLLOUT_STORAGE_DIR", "--storage-dir", parse=absolute_directory)
+"""A local directory that holds the objects instead of a bucket (local mode: `DirectoryStore`),
+under the same keys; no bucket, endpoint or credentials then."""
+
 LOCATION_SETTINGS = (BUCKET, PREFIX, ENDPOINT, REGION, PATH_STYLE)
 """The settings of a `StorageLocation`, each named as its field."""
 
@@ -65,6 +80,7 @@ ENV_ENDPOINT = ENDPOINT.variable
 ENV_REGION = REGION.variable
 ENV_PATH_STYLE = PATH_STYLE.variable
 ENV_CREDENTIALS_DIR = CREDENTIALS_DIR.variable
+ENV_DIR = DIR.variable
 
 Location = TypeVar("Location", bound=StorageLocation)
 
@@ -111,6 +127,29 @@ def storage_from_env(
     resolved.raise_problems()
     assert location is not None  # no problem means there is one
     return location, credentials
+
+
+def directory_from_env(environ: Mapping[str, str] | None = None) -> DirectoryStore | None:
+    """The directory ROLLOUT_STORAGE_DIR names, as a store (its keys under
+    ROLLOUT_STORAGE_PREFIX), or None when it is unset: then storage is the bucket that
+    `storage_from_env` reads. Raises InvalidInput naming each variable that is wrong."""
+    env = os.environ if environ is None else environ
+    resolved = resolve((DIR, BUCKET, PREFIX), env)
+    if DIR.name not in resolved.origins:
+        return None
+    if BUCKET.name in resolved.origins:
+        resolved.report(
+            DIR.name, f"and {BUCKET.variable} both name where objects go: set only one of them"
+        )
+    root = resolved.values.get(DIR.name)
+    store = None
+    try:
+        if root is not None:
+            store = DirectoryStore(root, resolved.values.get(PREFIX.name, ""))
+    except ValueError as err:
+        resolved.report(PREFIX.name, str(err))
+    resolved.raise_problems()
+    return store
 
 
 def location_env(location: StorageLocation) -> dict[str, str]:

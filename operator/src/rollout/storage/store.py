@@ -114,6 +114,11 @@ class ObjectStore:
         return self.location.bucket
 
     @property
+    def prefix(self) -> str:
+        """The location's key prefix (`Store.prefix`)."""
+        return self.location.prefix
+
+    @property
     def endpoint_name(self) -> str:
         """The endpoint as error messages name it."""
         return self.location.endpoint or f"AWS S3 ({self.location.signing_region})"

@@ -11,7 +11,8 @@ Objects, under `<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/`:
                                             means the trial is complete
 
 Every object passes through the `Redactor` (see `rollout_runner.redact`). Symlinks and special
-files in /logs are skipped (the agent wrote that tree). Uploads run in one daemon thread, in the
+files in /logs are skipped (the agent wrote that tree), and so are files whose names the store
+refuses (`InvalidKey`). Uploads run in one daemon thread, in the
 order above, on a deadline of their own (`upload_timeout_sec`); each call is retried by the
 storage module's policy, and the first object that still fails stops the uploads, so that a
 trial whose files are not all in storage never gets its result.json there either.
@@ -37,7 +38,7 @@ from rollout.api.layout import (
     SETUP_STDOUT,
 )
 from rollout.api.results import TrialError, TrialResult
-from rollout.storage import StorageError
+from rollout.storage import InvalidKey, StorageError
 from rollout_runner.context import TrialContext
 from rollout_runner.phases.common import readable_logs
 from rollout_runner.threads import in_daemon_thread
@@ -178,6 +179,11 @@ async def upload(ctx: TrialContext, uploads: list[Upload]) -> UploadOutcome:
                 ctx.store.upload_file(item.path, item.key)
             except FileNotFoundError:
                 ctx.record.notes.append(f"{item.key} was not uploaded: its file vanished")
+                continue
+            except InvalidKey:
+                # A file name the agent chose (a backslash, in a directory store): that file
+                # is skipped, so that it cannot keep the trial's result.json from being stored.
+                ctx.record.notes.append(f"{item.key} was not uploaded: storage refuses the name")
                 continue
             done.append(item.key)
 

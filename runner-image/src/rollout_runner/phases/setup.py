@@ -106,7 +106,7 @@ async def _fetch_task(ctx: TrialContext) -> Task | None:
             "(the trial's spec names none): it cannot run",
         )
         return None
-    key = task_archive_key(ctx.store.location.prefix, spec.task_content_hash)
+    key = task_archive_key(ctx.store.prefix, spec.task_content_hash)
     uri = ctx.store.uri(key)
     try:
         data = await in_daemon_thread(lambda: ctx.store.get_bytes(key))
