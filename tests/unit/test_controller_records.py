@@ -17,12 +17,12 @@ from rollout.controller.index import PodEntry, TrialEntry
 from rollout.controller.podstatus import Failed, Finished, Lost
 from rollout.controller.prices import UnitPrices
 from rollout.controller.records import (
-    OLD_RUNNER_MARGIN_SEC,
     WRITTEN_BY_OPERATOR,
     RecordCost,
     TrialPlace,
 )
 from rollout.controller.trials import (
+    OLD_RUNNER_MARGIN_SEC,
     CreatePod,
     Nothing,
     PatchStatus,

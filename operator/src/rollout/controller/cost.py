@@ -22,8 +22,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 from rollout.api.quantity import parse_quantity
-from rollout.controller.pod import RUNNER_CONTAINER
-from rollout.controller.podfields import container_statuses, terminated_state, timestamp
+from rollout.controller.podfields import runner_state, timestamp
 from rollout.controller.prices import UnitPrices, unit_size
 
 COST_DECIMALS = Decimal("0.000001")
@@ -83,9 +82,8 @@ def pod_started_at(pod: Mapping[str, Any]) -> datetime | None:
 
 def runner_finished_at(pod: Mapping[str, Any]) -> datetime | None:
     """When the runner container ended (its `state.terminated.finishedAt`); None before that."""
-    runner = container_statuses(pod.get("status") or {}).get(RUNNER_CONTAINER, {})
-    ended = terminated_state(runner)
-    return _utc(timestamp(ended.get("finishedAt"))) if ended is not None else None
+    ended = runner_state(pod).get("terminated")
+    return _utc(timestamp(ended.get("finishedAt"))) if isinstance(ended, Mapping) else None
 
 
 def pod_end(pod: Mapping[str, Any], *, now: datetime) -> datetime:

@@ -206,11 +206,6 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
     )
 
 
-def earlier_cost(body: Mapping[str, Any]) -> float | None:
-    """The cost a RolloutTrial's status records so far (its earlier tries'), if any."""
-    return _number((body.get("status") or {}).get("cost"))
-
-
 def index_trial(body: Mapping[str, Any]) -> dict[str, TrialEntry] | None:
     """`{job uid: entry}` for kopf's trials index; None (not indexed) without a RolloutJob owner."""
     job = owner_uid(body, RolloutJob.resource.kind)

@@ -30,12 +30,11 @@ from typing import Any
 
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.resources import JobConditionReason, RolloutJob
-from rollout.api.trials import TrialKey
 from rollout.controller.cost import trial_cost
 from rollout.controller.datasets import DatasetProblem
 from rollout.controller.finish import write_job_files
 from rollout.controller.hostnames import resolve_names
-from rollout.controller.index import TrialEntry, earlier_cost
+from rollout.controller.index import TrialEntry
 from rollout.controller.jobconfig import write_job_config
 from rollout.controller.jobdecide import (
     CreateNetworkPolicies,
@@ -54,7 +53,6 @@ from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, che
 from rollout.controller.netpolicy import PolicyPlan, render_policies
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pod import render_trial_pod
-from rollout.controller.podfields import timestamp
 from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.runtime import Runtime
 from rollout.controller.status import status_patch
@@ -202,16 +200,17 @@ class JobExecutor:
             for action in actions
             if isinstance(action, TrialStep) and isinstance(action.action, PatchStatus)
         ]
-        await self.write_records([step.record for step in steps if step.record is not None])
+        await self.write_records(step.record for step in steps)
         costs = [step.cost for step in steps if step.cost is not None]
         await self._in_threads(
             [(self.runtime.stores.for_spec(cost.storage), set_cost, cost) for cost in costs]
         )
 
-    async def write_records(self, records: list[OperatorRecord]) -> None:
-        """Write trials' records, a few at a time (each is a HEAD and a conditional PUT or two)."""
+    async def write_records(self, records: Iterable[OperatorRecord | None]) -> None:
+        """Write trials' records (None: none to write), a few at a time (each is a HEAD and a
+        conditional PUT or two)."""
         await self._in_threads(
-            [(self.runtime.stores.for_spec(r.storage), write_record, r) for r in records]
+            [(self.runtime.stores.for_spec(r.storage), write_record, r) for r in records if r]
         )
 
     async def _in_threads(self, calls: list[tuple[ObjectStore, Callable[..., Any], Any]]) -> None:
@@ -223,11 +222,6 @@ class JobExecutor:
                 await asyncio.to_thread(fn, store, item)
 
         await asyncio.gather(*(one(*call) for call in calls))
-
-    async def _write_record(self, record: OperatorRecord | None) -> None:
-        if record is not None:
-            store = self.runtime.stores.for_spec(record.storage)
-            await asyncio.to_thread(write_record, store, record)
 
     # --- trials and their Pods
 
@@ -250,7 +244,7 @@ class JobExecutor:
                     # rest (the new Pod does not exist yet, so nothing of it is moved).
                     store = self.runtime.stores.for_spec(keep.storage)
                     await asyncio.to_thread(keep_try, store, keep)
-                return await self._create_pod(body, trial.key, place, pod_name, retry, now)
+                return await self._create_pod(body, trial, place, pod_name, retry, now)
             case DeletePod(pod_name=pod_name):
                 await self._delete_pod(pod_name)
                 return False
@@ -286,8 +280,8 @@ class JobExecutor:
 
     async def _create_pod(
         self,
-        trial: Mapping[str, Any],
-        key: TrialKey,
+        body: Mapping[str, Any],
+        trial: TrialEntry,
         place: TrialPlace,
         pod_name: str,
         retry: int,
@@ -297,23 +291,23 @@ class JobExecutor:
         config = self.runtime.config
         try:
             pod = render_trial_pod(
-                trial, config=config, pod_name=pod_name, retry=retry, created_at=datetime.now(UTC)
+                body, config=config, pod_name=pod_name, retry=retry, created_at=datetime.now(UTC)
             )
         except (InvalidInput, ValueError) as err:
             # Our own trial spec cannot be rendered (edited by hand?): the trial fails, the job
             # goes on.
             failed = fail_trial(
-                key,
+                trial.key,
                 place,
                 ErrorType.INTERNAL_ERROR,
                 f"The trial's Pod cannot be made: {err}",
                 now,
-                tries=retry + 1,
-                created_at=timestamp(trial["metadata"].get("creationTimestamp")),
-                cost=trial_cost(earlier_cost(trial), None, config.unit_prices, now=now),
+                tries=trial.tries,
+                created_at=trial.created_at,
+                cost=trial_cost(trial.cost, None, config.unit_prices, now=now),
             )
-            await self._write_record(failed.record)
-            return await self._finish(str(trial["metadata"]["name"]), failed)
+            await self.write_records([failed.record])
+            return await self._finish(trial.name, failed)
         self.writes.pods_created.add(pod_name)
         await self.api.create_pod(self.namespace, pod)
         return False
@@ -324,12 +318,12 @@ class JobExecutor:
 
     async def _create_trial(self, create: CreateTrial, now: datetime) -> None:
         body, created = await self.api.create_trial(self.namespace, create.manifest())
-        self.writes.trial_written(body)
+        trial = self.writes.trial_written(body)
         if not created:
             return  # an existing trial is driven like any other
         if create.failed is not None:
-            await self._write_record(create.failed.record)
+            await self.write_records([create.failed.record])
             await self._finish(create.name, create.failed)
             return
         place = TrialPlace(create.made_from.storage, create.made_from.job.job_name)
-        await self._create_pod(body, create.trial.key, place, create.pod_name, 0, now)
+        await self._create_pod(body, trial, place, create.pod_name, 0, now)

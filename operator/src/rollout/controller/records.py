@@ -28,8 +28,8 @@ from rollout.api.resources import StorageSpec
 from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
 from rollout.api.trials import TrialKey
 from rollout.api.wire.termination import TerminationMessage
-from rollout.controller.pod import RUNNER_CONTAINER
-from rollout.controller.podfields import container_statuses, timestamp
+from rollout.controller.podfields import created_at as pod_created_at
+from rollout.controller.podfields import runner_started
 
 WRITTEN_BY_OPERATOR = (
     "The operator wrote this record: the trial's runner could not write one (it never ran, or "
@@ -100,43 +100,6 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None
     return round(max((end - start).total_seconds(), 0.0), 3)
-
-
-def pod_created_at(pod: Mapping[str, Any] | None) -> datetime | None:
-    """When the Pod was created, as the API server recorded it."""
-    if pod is None:
-        return None
-    return timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
-
-
-def _runner_state(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    runner = container_statuses((pod or {}).get("status") or {}).get(RUNNER_CONTAINER) or {}
-    state = runner.get("state")
-    return state if isinstance(state, Mapping) else {}
-
-
-def runner_started(pod: Mapping[str, Any] | None) -> bool:
-    """Whether the Pod shows its runner container started (running, or ended after running)."""
-    state = _runner_state(pod)
-    terminated = state.get("terminated")
-    return "running" in state or (
-        isinstance(terminated, Mapping) and terminated.get("startedAt") is not None
-    )
-
-
-OLD_RUNNER_MARGIN_SEC = 15.0
-"""How long past its Pod's deletion time a lost try's runner is still waited for."""
-
-
-def runner_may_still_write(pod: Mapping[str, Any], now: datetime) -> bool:
-    """Whether a lost Pod's runner may still be writing the trial's files: it runs, and its Pod
-    is not deleted yet, or its deletion time (the end of its grace period, which the runner uses
-    to upload what it has) is less than `OLD_RUNNER_MARGIN_SEC` ago. A runner on a node that no
-    longer answers shows as running for ever: the margin bounds the wait for it."""
-    if "running" not in _runner_state(pod):
-        return False
-    deletion = timestamp((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return deletion is None or (now - deletion).total_seconds() < OLD_RUNNER_MARGIN_SEC
 
 
 def failure_record(

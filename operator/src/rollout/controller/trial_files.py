@@ -26,19 +26,17 @@ JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 
 
-def write_record(store: ObjectStore, record: OperatorRecord) -> bool:
-    """Write the operator's record where the trial has none; True when result.json was written
-    now (False: the runner's, or an earlier write's, is kept)."""
+def write_record(store: ObjectStore, record: OperatorRecord) -> None:
+    """Write the operator's record where the trial has none (the runner's, or an earlier
+    write's, is kept)."""
     if record.error_text is not None:
         store.put_new(record.error_key, record.error_text.encode(), TEXT)
-    written = store.put_new(record.result_key, record.result.to_json().encode(), JSON)
-    if not written:
+    if not store.put_new(record.result_key, record.result.to_json().encode(), JSON):
         log.info("%s is in storage already; kept", store.uri(record.result_key))
-    return written
 
 
-def set_cost(store: ObjectStore, cost: RecordCost) -> bool:
-    """Set the trial's cost in the result.json its runner wrote; True when it was changed now.
+def set_cost(store: ObjectStore, cost: RecordCost) -> None:
+    """Set the trial's cost in the result.json its runner wrote (unless it has it already).
 
     Every other byte's meaning is kept: the file is read and written back through the model,
     which keeps the seed's key order and everything under `rollout`. A record that is missing
@@ -48,23 +46,21 @@ def set_cost(store: ObjectStore, cost: RecordCost) -> bool:
         result = TrialResult.from_json(store.get_bytes(cost.result_key))
     except ObjectNotFound:
         log.warning("%s is not in storage: its cost is not written", store.uri(cost.result_key))
-        return False
+        return
     except InvalidInput as err:
         log.warning(
             "%s cannot be read, its cost is not written: %s", store.uri(cost.result_key), err
         )
-        return False
-    if result.cost == cost.cost:
-        return False
-    result.cost = cost.cost
-    store.put_bytes(cost.result_key, result.to_json().encode(), JSON)
-    return True
+        return
+    if result.cost != cost.cost:
+        result.cost = cost.cost
+        store.put_bytes(cost.result_key, result.to_json().encode(), JSON)
 
 
-def keep_try(store: ObjectStore, keep: KeepTry) -> int:
+def keep_try(store: ObjectStore, keep: KeepTry) -> None:
     """Move the files at the trial's own paths (not its earlier tries') under
-    `retries/<number>/`; returns how many objects moved. Copies first, then deletes: interrupted,
-    it is run again and finishes the move."""
+    `retries/<number>/`. Copies first, then deletes: interrupted, it is run again and finishes
+    the move."""
     earlier = f"{keep.prefix}{RETRIES_DIR}/"
     keys = [key for key in store.list_keys(keep.prefix) if not key.startswith(earlier)]
     for key in keys:
@@ -72,4 +68,3 @@ def keep_try(store: ObjectStore, keep: KeepTry) -> int:
     store.delete_keys(keys, keep.prefix)
     if keys:
         log.info("kept %d files of try %d under %s", len(keys), keep.number, keep.destination)
-    return len(keys)

@@ -42,6 +42,7 @@ from rollout.controller.config import OperatorConfig
 from rollout.controller.cost import trial_cost
 from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
 from rollout.controller.planner import PlannedTrial
+from rollout.controller.podfields import deleted_at, runner_state
 from rollout.controller.podstatus import (
     Failed,
     Finished,
@@ -59,7 +60,6 @@ from rollout.controller.records import (
     TrialPlace,
     failure_record,
     message_record,
-    runner_may_still_write,
 )
 from rollout.controller.trial_status import (
     failed_status,
@@ -374,6 +374,21 @@ def act(
                 reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
             )
     raise AssertionError(f"unknown verdict {verdict!r}")  # pragma: no cover
+
+
+OLD_RUNNER_MARGIN_SEC = 15.0
+"""How long past its Pod's deletion time a lost try's runner is still waited for."""
+
+
+def runner_may_still_write(pod: Mapping[str, Any], now: datetime) -> bool:
+    """Whether a lost Pod's runner may still be writing the trial's files: it runs, and its Pod
+    is not deleted yet, or its deletion time (the end of its grace period, which the runner uses
+    to upload what it has) is less than `OLD_RUNNER_MARGIN_SEC` ago. A runner on a node that no
+    longer answers shows as running for ever: the margin bounds the wait for it."""
+    if "running" not in runner_state(pod):
+        return False
+    deletion = deleted_at(pod)
+    return deletion is None or (now - deletion).total_seconds() < OLD_RUNNER_MARGIN_SEC
 
 
 def _create_pod(
