@@ -14,6 +14,7 @@ from s3_kit import S3Settings
 
 from rollout.api.errors import ErrorType
 from rollout.api.failures import BUILD_NOT_RUN
+from rollout.api.plan import PlannedTrial, ResolvedDataset, ResolvedTask
 from rollout.api.resources import (
     DatasetRef,
     JobConditionReason,
@@ -25,7 +26,7 @@ from rollout.api.results import TrialResult
 from rollout.api.task import parse_task_config
 from rollout.api.trials import TrialKey
 from rollout.controller.config import OperatorConfig
-from rollout.controller.datasets import DatasetProblem, ResolvedDataset, ResolvedTask
+from rollout.controller.datasets import DatasetProblem
 from rollout.controller.index import TrialEntry
 from rollout.controller.jobdecide import (
     CreateTrial,
@@ -41,7 +42,6 @@ from rollout.controller.jobs import JobReconciler
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.ownwrites import OwnWrites
-from rollout.controller.planner import PlannedTrial
 from rollout.controller.records import TrialPlace
 from rollout.controller.runtime import Runtime
 from rollout.controller.trials import (

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rollout.api.errors import ErrorType
+from rollout.api.plan import ResolvedDataset, ResolvedTask, plan_job
 from rollout.api.resources import (
     JobConditionReason,
     JobConditionType,
@@ -24,7 +25,6 @@ from rollout.api.resources import (
 from rollout.api.results import TrialError
 from rollout.api.task import parse_task_config
 from rollout.controller.config import OperatorConfig
-from rollout.controller.datasets import ResolvedDataset, ResolvedTask
 from rollout.controller.index import PodEntry, TrialEntry
 from rollout.controller.jobdecide import (
     STORAGE_RETRY_SEC,
@@ -46,7 +46,6 @@ from rollout.controller.jobdecide import (
 )
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, Unplanned
 from rollout.controller.netpolicy import policy_plan
-from rollout.controller.planner import plan_job
 from rollout.controller.status import job_status
 from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod
 

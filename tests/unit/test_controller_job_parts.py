@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from rollout.api.plan import JobPlan, ResolvedDataset, ResolvedTask, plan_job
 from rollout.api.resources import JobConditionReason, JobPhase, RolloutJob, StorageSpec, TrialPhase
 from rollout.api.task import TaskConfig
 from rollout.controller.config import OperatorConfig
-from rollout.controller.datasets import ResolvedDataset, ResolvedTask
 from rollout.controller.gauges import trial_gauges
 from rollout.controller.index import TrialEntry
 from rollout.controller.jobspec import (
@@ -25,7 +25,6 @@ from rollout.controller.jobspec import (
 )
 from rollout.controller.ownwrites import PENDING_WRITE_TTL_SEC, TRIAL_TTL_SEC, OwnWrites
 from rollout.controller.pacing import ERROR_BACKOFF_SEC, RESYNC_SEC, Pacer, recheck_delay
-from rollout.controller.planner import JobPlan, plan_job
 from rollout.controller.ttl import seconds_until_expiry, ttl_after_finished
 
 WHERE = "RolloutJob ns/job"

@@ -18,11 +18,11 @@ import kubernetes_validate
 import pytest
 
 from rollout.api.errors import ErrorType
+from rollout.api.plan import JobPlan, ResolvedDataset, ResolvedTask, plan_job
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import TrialError
 from rollout.api.task import parse_task_config
 from rollout.controller.config import OperatorConfig
-from rollout.controller.datasets import ResolvedDataset, ResolvedTask
 from rollout.controller.netpolicy import (
     PolicyPlan,
     Rendered,
@@ -30,7 +30,6 @@ from rollout.controller.netpolicy import (
     policy_plan,
     render_policies,
 )
-from rollout.controller.planner import JobPlan, plan_job
 from rollout.controller.pod import render_trial_pod
 from rollout.controller.trials import trial_manifest
 

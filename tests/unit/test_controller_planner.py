@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from rollout.api.plan import JobPlan, ResolvedDataset, ResolvedTask, plan_job
 from rollout.api.resources import TrialPhase
 from rollout.api.task import TaskConfig
 from rollout.api.trials import trial_resource_name
-from rollout.controller.datasets import ResolvedDataset, ResolvedTask
 from rollout.controller.index import TrialEntry
-from rollout.controller.planner import (
-    JobPlan,
-    all_finished,
-    next_to_create,
-    plan_job,
-    unfinished_count,
-)
+from rollout.controller.planner import all_finished, next_to_create, unfinished_count
 
 
 def dataset(name: str, *tasks: str) -> ResolvedDataset:

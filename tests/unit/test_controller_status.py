@@ -9,11 +9,10 @@ import pytest
 from rollout.api.additions import FailureCounts
 from rollout.api.errors import ErrorType
 from rollout.api.metrics import MetricType
+from rollout.api.plan import JobPlan, ResolvedDataset, ResolvedTask, plan_job
 from rollout.api.resources import JobConditionReason, JobPhase, RolloutJobStatus, TrialPhase
 from rollout.api.task import TaskConfig
-from rollout.controller.datasets import ResolvedDataset, ResolvedTask
 from rollout.controller.index import TrialEntry
-from rollout.controller.planner import JobPlan, plan_job
 from rollout.controller.status import (
     invalid_status,
     job_status,

@@ -12,14 +12,13 @@ import pytest
 
 from rollout.api.errors import ErrorType
 from rollout.api.images import image_build_message
+from rollout.api.plan import PlannedTrial, ResolvedTask
 from rollout.api.resources import RolloutJob, RolloutTrial, StorageSpec, TrialPhase
 from rollout.api.task import parse_task_config
 from rollout.api.trials import TrialKey
 from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.config import OperatorConfig
-from rollout.controller.datasets import ResolvedTask
 from rollout.controller.index import PodEntry, TrialEntry
-from rollout.controller.planner import PlannedTrial
 from rollout.controller.podstatus import Failed, Finished, Lost, Running, Waiting
 from rollout.controller.records import TrialPlace
 from rollout.controller.trials import (

@@ -12,40 +12,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from rollout.api.errors import InvalidInput
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import DatasetManifest
+from rollout.api.plan import ResolvedDataset, ResolvedTask, resolved_tasks
 from rollout.api.resources import DatasetRef
-from rollout.api.results import TrialError
-from rollout.api.task import TaskConfig
 from rollout.storage import ObjectNotFound, ObjectStore
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedTask:
-    """A task of a published dataset, with its parsed task.toml."""
-
-    name: str
-    content_hash: str | None
-    """Names the task's archive; None for a broken task, which has none."""
-    config: TaskConfig
-    has_solution: bool = True
-    """Whether the oracle can run it (solution/solve.sh or a root solve.sh)."""
-    error: TrialError | None = None
-    """Why the task cannot run (task_invalid, task_not_found): its trials fail at creation."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedDataset:
-    """A job's dataset: the name the job gives it (which names its results) and its tasks."""
-
-    name: str
-    digest: str
-    tasks: tuple[ResolvedTask, ...]
 
 
 class DatasetProblem(Exception):
@@ -72,15 +47,10 @@ def parse_manifest(data: bytes, *, digest: str, where: str) -> tuple[ResolvedTas
         raise DatasetProblem(
             f"{where} is not a dataset manifest: {where_in}: {first['msg']}"
         ) from None
-    tasks: list[ResolvedTask] = []
-    for task in manifest.tasks:
-        try:
-            config = task.task_config()
-        except InvalidInput as err:
-            raise DatasetProblem(f"{where}: task {task.name!r}: {err}") from None
-        tasks.append(
-            ResolvedTask(task.name, task.content_hash, config, task.has_solution, task.error)
-        )
+    try:
+        tasks = resolved_tasks(manifest, where)
+    except InvalidInput as err:
+        raise DatasetProblem(str(err)) from None
     if not tasks:
         raise DatasetProblem(f"{where} lists no tasks")
     return tuple(tasks)

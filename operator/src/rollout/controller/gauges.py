@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rollout.api.plan import JobPlan
 from rollout.api.resources import TrialPhase
 from rollout.controller.index import TrialEntry
-from rollout.controller.planner import JobPlan, unfinished_count
+from rollout.controller.planner import unfinished_count
 from rollout.controller.status import trial_counts
 
 

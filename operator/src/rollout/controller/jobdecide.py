@@ -40,8 +40,10 @@ from typing import Any
 from rollout.api.errors import ErrorType
 from rollout.api.failures import BUILD_NOT_RUN
 from rollout.api.images import image_build_message
+from rollout.api.plan import PlannedTrial
 from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec, TrialPhase
 from rollout.api.results import JobResult
+from rollout.api.trial_spec import task_error
 from rollout.controller.config import OperatorConfig
 from rollout.controller.cost import trial_cost
 from rollout.controller.finish import job_result
@@ -49,7 +51,7 @@ from rollout.controller.gauges import TrialGauges, trial_gauges
 from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
 from rollout.controller.jobspec import Invalid, JobSpec, Planned, StorageUnavailable, Unplanned
 from rollout.controller.netpolicy import PolicyPlan
-from rollout.controller.planner import PlannedTrial, all_finished, next_to_create, unfinished_count
+from rollout.controller.planner import all_finished, next_to_create, unfinished_count
 from rollout.controller.prices import UnitPrices
 from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.status import (
@@ -68,7 +70,6 @@ from rollout.controller.trials import (
     TrialAction,
     decide,
     fail_trial,
-    task_error,
     trial_manifest,
 )
 from rollout.controller.ttl import seconds_until_expiry

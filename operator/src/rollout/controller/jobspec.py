@@ -20,12 +20,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rollout.api.plan import JobPlan, ResolvedDataset, plan_job
 from rollout.api.problems import validation_problems
 from rollout.api.resources import JobConditionReason, RolloutJob, RolloutJobStatus, StorageSpec
 from rollout.controller.buckets import NoStorage, job_storage_spec
-from rollout.controller.datasets import ResolvedDataset
 from rollout.controller.netpolicy import PolicyPlan, policy_plan
-from rollout.controller.planner import JobPlan, plan_job
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,10 @@ from urllib.parse import urlsplit
 
 from rollout.api.names import controller_reference
 from rollout.api.network import EGRESS_LABEL, TrialEgress
+from rollout.api.plan import JobPlan
 from rollout.api.resources import LABEL_JOB, RolloutJob
 from rollout.api.storage import StorageLocation
 from rollout.api.trials import label_value
-from rollout.controller.planner import JobPlan
 
 DNS_PORT = 53
 DNS_NAMESPACE = "kube-system"

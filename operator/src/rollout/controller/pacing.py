@@ -14,8 +14,8 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
+from rollout.api.plan import JobPlan
 from rollout.controller.config import OperatorConfig
-from rollout.controller.planner import JobPlan
 
 RESYNC_SEC = 60.0
 """Longest sleep between two passes, and between two looks at every trial."""

@@ -18,6 +18,7 @@ from datetime import datetime
 from rollout.api.additions import FailureCounts
 from rollout.api.aggregate import TrialOutcome, summarize
 from rollout.api.metrics import MetricType
+from rollout.api.plan import JobPlan
 from rollout.api.resources import (
     Condition,
     ConditionStatus,
@@ -31,7 +32,6 @@ from rollout.api.resources import (
     set_condition,
 )
 from rollout.controller.index import TrialEntry
-from rollout.controller.planner import JobPlan
 
 
 def outcomes(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> list[TrialOutcome]:
