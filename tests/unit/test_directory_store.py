@@ -240,3 +240,69 @@ def test_a_bad_prefix_is_refused_by_name(tmp_path: Path) -> None:
         directory_from_env(
             {"ROLLOUT_STORAGE_DIR": str(tmp_path), "ROLLOUT_STORAGE_PREFIX": "a/../b"}
         )
+
+
+# --- jobs_dir: a job's objects in another directory ------------------------------------------
+
+
+@pytest.fixture
+def split(tmp_path: Path) -> DirectoryStore:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "jobs-here").mkdir()
+    return DirectoryStore(tmp_path / "cache", jobs_dir=tmp_path / "jobs-here")
+
+
+def test_with_jobs_dir_a_jobs_key_is_a_file_under_it_and_other_keys_stay_under_the_root(
+    split: DirectoryStore, tmp_path: Path
+) -> None:
+    split.put_bytes(RESULT, b"{}")
+    split.put_bytes(task_archive_key("", "abc"), b"tar")
+    assert (tmp_path / "jobs-here/j1/oracle/offline/hello__1/result.json").read_bytes() == b"{}"
+    assert not (tmp_path / "cache/jobs").exists()
+    assert (tmp_path / "cache/tasks/abc.tar.gz").read_bytes() == b"tar"
+    assert split.get_bytes(RESULT) == b"{}"
+    assert split.uri(RESULT).endswith("/jobs-here/j1/oracle/offline/hello__1/result.json")
+    # Each tree writes through a temporary directory of its own (no rename across filesystems).
+    assert (tmp_path / "jobs-here" / TEMP_DIR).is_dir()
+
+
+def test_with_jobs_dir_keys_are_listed_from_both_trees_under_their_keys(
+    split: DirectoryStore, tmp_path: Path
+) -> None:
+    split.put_bytes(RESULT, b"{}")
+    split.put_bytes("jobs/j2/config.json", b"{}")
+    split.put_bytes(task_archive_key("", "abc"), b"tar")
+    (tmp_path / "cache/jobs").mkdir()
+    (tmp_path / "cache/jobs/stray.json").write_text("not an object: jobs/ is in jobs_dir")
+    assert split.list_keys("jobs/j1/") == [RESULT]
+    assert split.list_keys("jobs/") == [
+        "jobs/j1/oracle/offline/hello__1/result.json",
+        "jobs/j2/config.json",
+    ]
+    assert split.list_keys("") == [
+        "jobs/j1/oracle/offline/hello__1/result.json",
+        "jobs/j2/config.json",
+        "tasks/abc.tar.gz",
+    ]
+    assert split.list_keys("tasks/") == ["tasks/abc.tar.gz"]
+
+
+def test_with_jobs_dir_the_temporary_directory_there_is_no_key(split: DirectoryStore) -> None:
+    with pytest.raises(InvalidKey):
+        split.put_bytes(f"jobs/{TEMP_DIR}/x", b"")
+
+
+def test_rollout_storage_jobs_dir_places_the_jobs_and_needs_rollout_storage_dir(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "results").mkdir()
+    store = directory_from_env(
+        {
+            "ROLLOUT_STORAGE_DIR": str(tmp_path),
+            "ROLLOUT_STORAGE_JOBS_DIR": str(tmp_path / "results"),
+        }
+    )
+    assert store is not None
+    assert store.path(RESULT) == tmp_path.resolve() / "results" / RESULT.removeprefix("jobs/")
+    with pytest.raises(InvalidInput, match="ROLLOUT_STORAGE_JOBS_DIR.*needs ROLLOUT_STORAGE_DIR"):
+        directory_from_env({"ROLLOUT_STORAGE_JOBS_DIR": str(tmp_path)})

@@ -24,6 +24,7 @@ from rollout.storage import (
     ENV_CREDENTIALS_DIR,
     ENV_DIR,
     ENV_ENDPOINT,
+    ENV_JOBS_DIR,
     ENV_PATH_STYLE,
     ENV_PREFIX,
     ENV_REGION,
@@ -93,6 +94,8 @@ storage (environment variables):
   {ENV_DIR:<32} instead of a bucket: an absolute path to a directory
   {"":<32} that holds the same keys as files (local mode); then
   {"":<32} no bucket, endpoint or credentials (set one or the other)
+  {ENV_JOBS_DIR:<32} with {ENV_DIR}: where the jobs' files go instead
+  {"":<32} (<prefix>/jobs/<job>/... is <it>/<job>/...)
   The task is read from <prefix>/tasks/<taskContentHash>.tar.gz; the trial's files go to
   <prefix>/jobs/<job>/<agent>/<dataset>/<task>__<attempt>/ (setup/, command/, logs/,
   error.txt, and result.json last). In a directory, each file is written under a temporary

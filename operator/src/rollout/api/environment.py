@@ -9,6 +9,11 @@ types"), decided here and nowhere else:
   once), and the operator runs a RolloutJob of type `docker` as Pods too.
 - `modal`, `daytona`, `e2b`: provider sandboxes through a bridge controller, which this version
   does not have: a job of these types is refused, saying so.
+- `local`: the host sandbox of local mode (`rollout run --local`): the trial runs on this
+  machine in namespaces of its own, the task's docker_image ignored. Refused on a cluster.
+
+With `rollout run --local`, `docker` means the local Docker-compatible engine and `local` the host
+sandbox; the other types are refused there.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class EnvironmentType(StrEnum):
     MODAL = "modal"
     DAYTONA = "daytona"
     E2B = "e2b"
+    LOCAL = "local"
 
     @classmethod
     def parse(cls, value: Any) -> Any:
@@ -63,9 +69,28 @@ class EnvironmentType(StrEnum):
         """Why a cluster cannot run a job of this type, or None when it can."""
         if self.runs_as_pods:
             return None
+        if self is EnvironmentType.LOCAL:
+            return (
+                "'local': the host sandbox runs trials on the machine that runs `rollout run "
+                "--local`, never on a cluster; use 'docker' or 'kubernetes' there"
+            )
         return (
             f"{self.value!r}: on a cluster this version runs trials as Pods only ('docker' or "
             "'kubernetes'); the bridge controller for external sandboxes is not available yet"
+        )
+
+    def refusal_locally(self) -> str | None:
+        """Why `rollout run --local` cannot run a job of this type, or None when it can."""
+        if self in (EnvironmentType.DOCKER, EnvironmentType.LOCAL):
+            return None
+        if self is EnvironmentType.KUBERNETES:
+            return (
+                "'kubernetes': Pods need a cluster; with --local use 'docker' (a local "
+                "Docker-compatible engine) or 'local' (the host sandbox)"
+            )
+        return (
+            f"{self.value!r}: provider sandboxes run through the bridge controller, which is "
+            "not available yet; with --local use 'docker' or 'local'"
         )
 
 
@@ -156,5 +181,6 @@ class ClusterEnvironmentSettings(EnvironmentSettings):
         description="kubernetes runs each trial in a Pod, and so does docker (the same "
         "containers; the rollout CLI submits job.yaml's docker as kubernetes). modal, daytona "
         "and e2b are kept for a bridge controller that does not exist yet: a job of those types "
-        "is refused (condition Valid=False).",
+        "is refused (condition Valid=False), and so is local (the host sandbox of `rollout run "
+        "--local`, never a cluster's).",
     )

@@ -161,15 +161,18 @@ def check_job(
     cache: Path,
     env_values: EnvValues = EnvValues.REQUIRED,
     fetch: bool = True,
+    local: bool = False,
 ) -> CheckedJob:
     """Every check of a job file that run, render and validate make; InvalidInput with every
     problem at once. `fetch=False` (validate --offline) finds registry datasets in their
-    registry without fetching their tasks."""
+    registry without fetching their tasks. `local`: for `rollout run --local`, which runs the
+    types `docker` and `local` and builds images itself."""
     read = read_job_file(path)
     job = read.job
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    if refusal := job.environment.type.refusal_on_cluster():
+    env_type = job.environment.type
+    if refusal := env_type.refusal_locally() if local else env_type.refusal_on_cluster():
         problems.append(Problem(str(path), "environment.type", f"is {refusal}"))
     if env_values is not EnvValues.UNUSED:
         try:
@@ -186,7 +189,8 @@ def check_job(
     problems += _shared_dataset_names(path, job.datasets, datasets)
     # What will fail or change a task's trials once the job runs: warnings, one call a rule.
     loaded = [d for d in datasets if d is not None]
-    warnings += _build_warnings(loaded, force_build=job.environment.force_build)
+    if not local:
+        warnings += _build_warnings(loaded, force_build=job.environment.force_build)
     warnings += _task_env_warnings(loaded, job)
     warnings += unhonoured_problems(loaded)
     if problems:
@@ -200,19 +204,25 @@ def prepare_job(
     *,
     cache: Path,
     env_values: EnvValues = EnvValues.REQUIRED,
+    local: bool = False,
 ) -> PreparedJob:
-    """check_job, then each dataset's manifest and content address (hashes every task)."""
-    checked = check_job(path, environ, cache=cache, env_values=env_values)
+    """check_job, then each dataset's manifest and content address (hashes every task).
+
+    For a cluster, `docker` becomes `kubernetes`; `local` (rollout run --local) keeps the type.
+    """
+    checked = check_job(path, environ, cache=cache, env_values=env_values, local=local)
     job = checked.job
     datasets: list[PreparedDataset] = []
     for entry, dataset in zip(job.datasets, checked.datasets, strict=True):
         assert dataset is not None  # fetched: check_job raised for any that could not be
         datasets.append(_bundled(dataset, _relative_source(entry, path.parent)))
     explicit_docker = (
-        "type" in job.environment.model_fields_set
+        not local
+        and "type" in job.environment.model_fields_set
         and job.environment.type is EnvironmentType.DOCKER
     )
-    job = job.model_copy(update={"environment": job.environment.on_cluster()})
+    if not local:
+        job = job.model_copy(update={"environment": job.environment.on_cluster()})
     return PreparedJob(
         file=path,
         job=job,

@@ -36,6 +36,8 @@ it), which the runner takes when it is given one (`directory_from_env`):
 
     ROLLOUT_STORAGE_DIR              an absolute path to a directory; then no bucket, endpoint or
                                      credentials (ROLLOUT_STORAGE_PREFIX still applies)
+    ROLLOUT_STORAGE_JOBS_DIR         with it: an absolute path where the jobs' objects go
+                                     (`<prefix>/jobs/<job>/...` is `<it>/<job>/...`)
 
 The runner needs only what `Store` declares, which both stores have.
 """
@@ -60,6 +62,7 @@ from rollout.storage.settings import (
     ENV_CREDENTIALS_DIR,
     ENV_DIR,
     ENV_ENDPOINT,
+    ENV_JOBS_DIR,
     ENV_PATH_STYLE,
     ENV_PREFIX,
     ENV_REGION,
@@ -74,6 +77,7 @@ __all__ = [
     "ENV_CREDENTIALS_DIR",
     "ENV_DIR",
     "ENV_ENDPOINT",
+    "ENV_JOBS_DIR",
     "ENV_PATH_STYLE",
     "ENV_PREFIX",
     "ENV_REGION",

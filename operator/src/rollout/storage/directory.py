@@ -18,6 +18,11 @@ seed's layout straight into a directory. The semantics follow `ObjectStore` wher
 Temporary files live in `<root>/.rollout-tmp/` (on the root's filesystem, so that the rename is
 atomic), where no key can be: a key's first segment is a prefix, `jobs` or `tasks`.
 
+With `jobs_dir`, the jobs tree lives elsewhere: `<prefix>/jobs/<job>/...` is the file
+`<jobs_dir>/<job>/...`, so local mode writes a job's results straight into the user's jobs
+directory (job.yaml's jobs_dir) while task archives stay in a cache. Each tree has its own
+temporary directory, so a rename never crosses filesystems.
+
 Unlike S3, one key cannot be both an object and the folder of others ("a/b" and "a/b/c"): the
 second write is a StorageError. The layout never does that.
 """
@@ -30,11 +35,14 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from rollout.api.layout import check_relative_path, normalize_prefix
 from rollout.storage.retry import InvalidKey, ObjectNotFound, StorageError
+
+JOBS_DIR = "jobs"
+"""The first key segment (after the prefix) of every job's objects."""
 
 TEMP_DIR = ".rollout-tmp"
 """Under the root: files being written. Never a key (nor the start of one)."""
@@ -49,14 +57,13 @@ class DirectoryStore:
     slashes); `key(*parts)` builds keys under it. Safe to share between threads.
     """
 
-    def __init__(self, root: Path | str, prefix: str = "") -> None:
-        root = Path(root)
-        if not root.is_absolute():
-            raise ValueError(f"{str(root)!r} is not an absolute path")
-        if not root.is_dir():
-            raise ValueError(f"{str(root)!r} is not a directory")
-        self.root = root.resolve()
+    def __init__(
+        self, root: Path | str, prefix: str = "", *, jobs_dir: Path | str | None = None
+    ) -> None:
+        self.root = _directory(root)
+        self.jobs_root = None if jobs_dir is None else _directory(jobs_dir)
         self._prefix = normalize_prefix(prefix).rstrip("/")
+        self._jobs_parts = (*PurePosixPath(self._prefix).parts, JOBS_DIR)
 
     @property
     def prefix(self) -> str:
@@ -80,21 +87,29 @@ class DirectoryStore:
 
     def path(self, key: str) -> Path:
         """The file of the object `key`; InvalidKey for a key that could leave the root."""
+        return self._place(key)[1]
+
+    def _place(self, key: str) -> tuple[Path, Path]:
+        """The tree the object `key` is in (the root, or jobs_dir) and its file there."""
         try:
-            relative = check_relative_path(key, "key")
+            parts = check_relative_path(key, "key").parts
         except ValueError as err:
             raise self._error(InvalidKey, "use", key, f"{err}: refused") from None
-        if relative.parts[0] == TEMP_DIR:
+        root = self.root
+        jobs = len(self._jobs_parts)
+        if self.jobs_root is not None and parts[:jobs] == self._jobs_parts and len(parts) > jobs:
+            root, parts = self.jobs_root, parts[jobs:]
+        if parts[0] == TEMP_DIR:
             raise self._error(InvalidKey, "use", key, f"{TEMP_DIR}/ is the store's own: refused")
-        return self.root.joinpath(*relative.parts)
+        return root, root.joinpath(*parts)
 
     # Single objects.
 
     def get_bytes(self, key: str) -> bytes:
         """The object's content; ObjectNotFound when there is no such key."""
-        path = self.path(key)
+        root, path = self._place(key)
         try:
-            self._check_inside(path.parent)
+            _check_inside(path.parent, root)
             # Never blocks on a FIFO, never follows a symlink: only regular files are objects.
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as file:
@@ -141,35 +156,53 @@ class DirectoryStore:
 
     def list_keys(self, prefix: str) -> list[str]:
         """Every key that starts with `prefix` (a plain string prefix), in S3's order."""
-        folder, _, _ = prefix.rpartition("/")
-        start = self.root.joinpath(*folder.split("/")) if folder else self.root
+        trees = [(self.root, "")]
+        jobs_prefix = "/".join(self._jobs_parts) + "/"
+        if self.jobs_root is not None:
+            trees.append((self.jobs_root, jobs_prefix))
+        keys: list[str] = []
+        for root, key_prefix in trees:
+            if key_prefix.startswith(prefix):
+                start = root  # the whole tree is under `prefix`
+            elif prefix.startswith(key_prefix):
+                folder = prefix[len(key_prefix) :].rpartition("/")[0]
+                start = root.joinpath(*folder.split("/")) if folder else root
+            else:
+                continue
+            found = self._walk(root, start, key_prefix, prefix)
+            if root == self.root and self.jobs_root is not None:
+                # Files under the root's own jobs/ are no objects: those keys are in jobs_dir.
+                found = [k for k in found if not k.startswith(jobs_prefix)]
+            keys += [k for k in found if k.startswith(prefix)]
+        return sorted(keys, key=lambda k: k.encode("utf-8", "surrogateescape"))
+
+    def _walk(self, root: Path, start: Path, key_prefix: str, prefix: str) -> list[str]:
+        """The keys of the regular files under `start` in the tree `root` (keys `key_prefix`+)."""
         keys: list[str] = []
         try:
             for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
                 base = Path(dirpath)
-                if base == self.root:
+                if base == root:
                     dirnames[:] = [d for d in dirnames if d != TEMP_DIR]
                 for name in filenames:
                     path = base / name
                     if not stat.S_ISREG(os.lstat(path).st_mode):
                         continue  # a symlink or a special file is no object
-                    key = path.relative_to(self.root).as_posix()
-                    if key.startswith(prefix):
-                        keys.append(key)
+                    keys.append(key_prefix + path.relative_to(root).as_posix())
         except OSError as err:
             raise self._error(StorageError, "list_keys", prefix, str(err)) from err
-        return sorted(keys, key=lambda k: k.encode("utf-8", "surrogateescape"))
+        return keys
 
     # Writing.
 
     def _write(
         self, operation: str, key: str, fill: Callable[[BinaryIO], object], *, replace: bool
     ) -> bool:
-        target = self.path(key)
-        temp_dir = self.root / TEMP_DIR
+        root, target = self._place(key)
+        temp_dir = root / TEMP_DIR
         try:
             # Checked before mkdir, which would follow a symlink out of the root.
-            self._check_inside(target.parent)
+            _check_inside(target.parent, root)
             temp_dir.mkdir(exist_ok=True)
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, temp_name = tempfile.mkstemp(dir=temp_dir, prefix=target.name[:64] + ".")
@@ -195,11 +228,6 @@ class DirectoryStore:
         finally:
             temp.unlink(missing_ok=True)
 
-    def _check_inside(self, directory: Path) -> None:
-        """Refuse a directory that a symlink has taken out of the root."""
-        if not directory.resolve().is_relative_to(self.root):
-            raise OSError(f"{directory} leads out of {self.root} through a symlink")
-
     def _error(
         self, kind: type[StorageError], operation: str, key: str, reason: str
     ) -> StorageError:
@@ -211,3 +239,18 @@ class DirectoryStore:
             attempts=1,
             transient=False,
         )
+
+
+def _directory(path: Path | str) -> Path:
+    path = Path(path)
+    if not path.is_absolute():
+        raise ValueError(f"{str(path)!r} is not an absolute path")
+    if not path.is_dir():
+        raise ValueError(f"{str(path)!r} is not a directory")
+    return path.resolve()
+
+
+def _check_inside(directory: Path, root: Path) -> None:
+    """Refuse a directory that a symlink has taken out of its tree's root."""
+    if not directory.resolve().is_relative_to(root):
+        raise OSError(f"{directory} leads out of {root} through a symlink")

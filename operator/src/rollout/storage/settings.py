@@ -71,6 +71,12 @@ DIR = Setting("dir", "ROLLOUT_STORAGE_DIR", "--storage-dir", parse=absolute_dire
 """A local directory that holds the objects instead of a bucket (local mode: `DirectoryStore`),
 under the same keys; no bucket, endpoint or credentials then."""
 
+JOBS_DIR = Setting(
+    "jobs_dir", "ROLLOUT_STORAGE_JOBS_DIR", "--storage-jobs-dir", parse=absolute_directory
+)
+"""With DIR only: where the jobs' objects go instead of `<DIR>/jobs/` (local mode writes a job's
+results into job.yaml's jobs_dir this way; task archives stay under DIR)."""
+
 LOCATION_SETTINGS = (BUCKET, PREFIX, ENDPOINT, REGION, PATH_STYLE)
 """The settings of a `StorageLocation`, each named as its field."""
 
@@ -80,6 +86,7 @@ ENV_ENDPOINT = ENDPOINT.variable
 ENV_REGION = REGION.variable
 ENV_PATH_STYLE = PATH_STYLE.variable
 ENV_CREDENTIALS_DIR = CREDENTIALS_DIR.variable
+ENV_JOBS_DIR = JOBS_DIR.variable
 ENV_DIR = DIR.variable
 
 Location = TypeVar("Location", bound=StorageLocation)
@@ -134,8 +141,11 @@ def directory_from_env(environ: Mapping[str, str] | None = None) -> DirectorySto
     ROLLOUT_STORAGE_PREFIX), or None when it is unset: then storage is the bucket that
     `storage_from_env` reads. Raises InvalidInput naming each variable that is wrong."""
     env = os.environ if environ is None else environ
-    resolved = resolve((DIR, BUCKET, PREFIX), env)
+    resolved = resolve((DIR, JOBS_DIR, BUCKET, PREFIX), env)
     if DIR.name not in resolved.origins:
+        if JOBS_DIR.name in resolved.origins:
+            resolved.report(JOBS_DIR.name, f"needs {DIR.variable}: it places a directory's jobs")
+            resolved.raise_problems()
         return None
     if BUCKET.name in resolved.origins:
         resolved.report(
@@ -145,7 +155,11 @@ def directory_from_env(environ: Mapping[str, str] | None = None) -> DirectorySto
     store = None
     try:
         if root is not None:
-            store = DirectoryStore(root, resolved.values.get(PREFIX.name, ""))
+            store = DirectoryStore(
+                root,
+                resolved.values.get(PREFIX.name, ""),
+                jobs_dir=resolved.values.get(JOBS_DIR.name),
+            )
     except ValueError as err:
         resolved.report(PREFIX.name, str(err))
     resolved.raise_problems()
