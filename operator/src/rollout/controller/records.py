@@ -24,6 +24,7 @@ from typing import Any
 from rollout.api.additions import TrialAdditions
 from rollout.api.failures import FailureClass
 from rollout.api.layout import ERROR_TXT, RESULT_JSON, s3_uri, trial_prefix
+from rollout.api.records import failed_result, record_error_text
 from rollout.api.resources import StorageSpec
 from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
 from rollout.api.trials import TrialKey
@@ -96,12 +97,6 @@ class OperatorRecord:
         return s3_uri(self.storage.bucket, self.result_key)
 
 
-def _seconds(start: datetime | None, end: datetime | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return round(max((end - start).total_seconds(), 0.0), 3)
-
-
 def failure_record(
     trial: TrialKey,
     place: TrialPlace,
@@ -118,34 +113,17 @@ def failure_record(
     """The record of a trial that ended without its runner's: `error` at `ended_at`.
 
     The trial started when its (current) Pod was created, or, with no Pod known, when the trial
-    was (`created_at`). While the runner never ran, the trial was in environment setup
-    (scheduling, image pull, container start), so that phase spans the whole trial; once it
-    ran, which phases it went through is the runner's to say, and only the trial's own start and
-    end are given.
+    was (`created_at`); it was in environment setup throughout while the runner never ran.
     """
-    started = pod_created_at(pod) or created_at or ended_at
-    started = min(started, ended_at)
-    in_setup = pod is not None and not runner_started(pod)
-    setup_started, setup_ended = (started, ended_at) if in_setup else (None, None)
-    result = TrialResult(
-        task_name=trial.task,
-        dataset_name=trial.dataset,
-        agent_name=trial.agent,
-        attempt=trial.attempt,
-        reward=None,
-        cost=cost,
+    result = failed_result(
+        trial,
+        started=pod_created_at(pod) or created_at or ended_at,
+        ended=ended_at,
+        in_setup=pod is not None and not runner_started(pod),
         error=error,
-        durations=TrialDurations(
-            total_sec=_seconds(started, ended_at),
-            environment_setup_sec=_seconds(setup_started, setup_ended),
-        ),
-        timestamps=TrialTimestamps(
-            started_at=started,
-            environment_setup_started_at=setup_started,
-            environment_setup_ended_at=setup_ended,
-            ended_at=ended_at,
-        ),
-        rollout=TrialAdditions(failure_class=failure_class, tries=tries),
+        failure_class=failure_class,
+        tries=tries,
+        cost=cost,
     )
     return OperatorRecord(
         place.storage,
@@ -204,14 +182,9 @@ def error_text(
 ) -> str:
     """error.txt as the operator writes it: the error, the trial, its Pod and tries, and who
     wrote it (the runner's error.txt has the same first lines)."""
-    lines = [
-        f"{error.type}: {error.message}",
-        "",
-        f"Trial: {place.job_name}/{trial.agent}/{trial.dataset}/{trial.task}__{trial.attempt}",
-    ]
-    if pod_name:
-        lines.append(f"Pod: {pod_name}")
+    details = [f"Pod: {pod_name}"] if pod_name else []
     if tries > 1:
-        lines.append(f"Tries: {tries} (the earlier ones' files are under retries/)")
-    lines += ["", *notes, WRITTEN_BY_OPERATOR]
-    return "\n".join(lines) + "\n"
+        details.append(f"Tries: {tries} (the earlier ones' files are under retries/)")
+    return record_error_text(
+        place.job_name, trial, error, details=details, notes=notes, written_by=WRITTEN_BY_OPERATOR
+    )
