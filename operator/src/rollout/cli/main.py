@@ -21,6 +21,7 @@ from rollout.storage import StorageError
 EPILOG = """\
 examples:
   rollout job.yaml                              run a job on the cluster (= rollout run job.yaml)
+  rollout run job.yaml --local                  run it on this machine: no cluster, no bucket
   rollout status my-eval --watch                follow a job
   rollout logs my-eval oracle/tasks/hello__1    a trial's install, agent and verifier output
   rollout download my-eval                      its results into ./jobs/my-eval/

@@ -37,7 +37,7 @@ from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import PreparedDataset, cache_dir, prepare_dataset
 from rollout.cli.threads import parallel_map
 from rollout.datasets.bundle import task_archive
-from rollout.storage import ObjectStore
+from rollout.storage import WritableStore
 
 WORKERS = 8
 
@@ -66,8 +66,8 @@ class PublishReport:
     broken: tuple[str, ...] = ()
     """The broken tasks, listed in the manifest with their errors (their trials will fail)."""
 
-    def describe(self, store: ObjectStore) -> str:
-        where = store.uri(dataset_manifest_key(store.location.prefix, self.digest))
+    def describe(self, store: WritableStore) -> str:
+        where = store.uri(dataset_manifest_key(store.prefix, self.digest))
         plural = "task" if self.tasks == 1 else "tasks"
         if self.broken:
             plural += f", {len(self.broken)} of them broken: {', '.join(self.broken)}"
@@ -81,10 +81,10 @@ class PublishReport:
 
 
 def publish_datasets(
-    store: ObjectStore, datasets: Sequence[PreparedDataset], *, workers: int = WORKERS
+    store: WritableStore, datasets: Sequence[PreparedDataset], *, workers: int = WORKERS
 ) -> list[PublishReport]:
     """Publish each dataset's bundle, skipping what storage already has (module docstring)."""
-    prefix = store.location.prefix
+    prefix = store.prefix
     manifest_keys = [dataset_manifest_key(prefix, d.digest) for d in datasets]
     have_manifest = dict(
         zip(manifest_keys, parallel_map(store.exists, manifest_keys, workers), strict=True)

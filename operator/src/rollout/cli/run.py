@@ -40,7 +40,7 @@ from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import config_json_text
 from rollout.api.layout import job_config_key, job_prefix, job_result_key, local_job_dir
 from rollout.api.resources import RolloutJob
-from rollout.cli import config, kube
+from rollout.cli import config, kube, local_run
 from rollout.cli.download import download_results
 from rollout.cli.errors import CliError, ExitCode, Problems
 from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
@@ -60,8 +60,16 @@ environment.type: docker (job.yaml's default) runs each trial as a Pod in the cl
 same as kubernetes. modal, daytona and e2b are not available yet (a bridge controller will run
 them): such a job is refused before anything is created.
 
+With --local the job runs on this machine instead: environment.type docker in containers of a
+local Docker-compatible engine (DOCKER_HOST respected; Podman's API service works too), local in
+the host sandbox (namespaces of this machine; the task's docker_image is ignored). Results go
+straight into <jobs_dir>/<job>/; Ctrl-C stops the job and keeps what finished; --resume runs the
+rest.
+
 examples:
   rollout job.yaml                                 the same as `rollout run job.yaml`
+  rollout run job.yaml --local                     on this machine, no cluster or bucket
+  rollout run job.yaml --local --resume            the same job's unfinished trials
   rollout run job.yaml --namespace evals --context prod
   rollout run job.yaml --storage-bucket evals --storage-endpoint http://127.0.0.1:9000 \\
       --storage-path-style --storage-cluster-endpoint http://minio.rollout-system:9000
@@ -88,6 +96,28 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--detach", action="store_true", help="submit the job and return without following it"
     )
     parser.add_argument(
+        "--local",
+        action="store_true",
+        help="run the job on this machine instead of a cluster, results straight into the jobs "
+        "directory (environment.type docker: a local Docker-compatible engine; local: the host "
+        "sandbox); no cluster or object storage is used",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --local: run again only the trials of this job name that have no result or "
+        "failed for the infrastructure's reason, keeping every other trial's result",
+    )
+    parser.add_argument(
+        "--retry-error",
+        dest="retry_errors",
+        action="append",
+        type=local_run.parse_error_type,
+        metavar="TYPE",
+        help="with --resume: run trials that failed with this error type again too "
+        "(repeatable; e.g. agent_timeout)",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="refuse the job when any task cannot run (a broken task, or the oracle on a task "
@@ -112,6 +142,10 @@ def note(message: str) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    if args.local:
+        return local_run.run(args, environ)
+    if args.resume or args.retry_errors:
+        raise Problems(["--resume and --retry-error are for --local runs in this version"])
     # 1. Everything checked; nothing written.
     checked = _check_everything(args, environ)
     settings, prepared, cluster, store = (

@@ -49,7 +49,7 @@ from rollout.storage.credentials import (
     read_credentials_dir,
 )
 from rollout.storage.directory import DirectoryStore
-from rollout.storage.protocol import Store
+from rollout.storage.protocol import Store, WritableStore
 from rollout.storage.retry import (
     InvalidKey,
     ObjectNotFound,
@@ -91,6 +91,7 @@ __all__ = [
     "StorageError",
     "StorageLocation",
     "Store",
+    "WritableStore",
     "credentials_from_env",
     "directory_from_env",
     "join_key",

@@ -33,3 +33,20 @@ class Store(Protocol):
     def upload_file(self, local_path: Path | str, key: str) -> None:
         """Store a local file's content as `key`; a missing source file is its OSError."""
         ...
+
+
+class WritableStore(Store, Protocol):
+    """A `Store` that the CLI publishes datasets and job files into: a bucket, or (local mode)
+    a directory."""
+
+    def exists(self, key: str) -> bool:
+        """Whether the object `key` is there."""
+        ...
+
+    def put_bytes(self, key: str, data: bytes, content_type: str | None = None) -> None:
+        """Write the object (replacing one that is there)."""
+        ...
+
+    def put_new(self, key: str, data: bytes, content_type: str | None = None) -> bool:
+        """Write the object only where there is none; False when one was there (kept)."""
+        ...

@@ -1,0 +1,217 @@
+"""`rollout run JOB.yaml --local`: the whole job on this machine, no cluster and no object store.
+
+1. Check everything first, nothing written: the job file, every `${VAR}` of agent env, every
+   dataset, that the environment type can run here (`docker`: a Docker-compatible engine
+   reachable; `local`: namespaces for the host sandbox) and that `<jobs_dir>/<job>/` holds no
+   results (with --resume it may: its unfinished trials run).
+2. Put each dataset's task archives into the local store (`<cache>/local/`, content-addressed,
+   shared by every local job), as `rollout publish` puts them into a bucket.
+3. Run the trials, `n_concurrent_trials` at a time (`rollout.local.job`), writing the seed's
+   layout into `<jobs_dir>/<job>/`, with the same progress display and summary as a cluster run.
+
+Ctrl-C stops the job: no trial starts any more, the running ones are stopped (their runners
+record them, as a deleted Pod's runner does) and their sandboxes torn down, and the job's
+result.json is written over what finished; a second Ctrl-C kills the running trials at once.
+Exit status: 0 when every trial ran (whatever the rewards), 1 when the job could not start,
+130 when it was stopped (`rollout run JOB.yaml --local --resume` runs the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from rollout.api.envrefs import resolve_agent_env
+from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.job import config_json_text
+from rollout.api.layout import local_job_dir
+from rollout.api.plan import JobPlan, ResolvedDataset, plan_job, resolved_tasks
+from rollout.api.resources import JobPhase
+from rollout.cli.errors import ExitCode, Problems
+from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
+from rollout.cli.progress import JobView, ProgressDisplay, make_console
+from rollout.cli.publish import publish_datasets
+from rollout.cli.summary import load_summary, print_summary
+from rollout.local.environments import sandbox_factory, unavailable_reason
+from rollout.local.job import JobRun, LocalJob, Progress, resolved_secrets
+from rollout.local.trial import TrialPlaces
+
+STOPPED = "Stopped"
+"""The phase shown for a local job stopped with Ctrl-C (a cluster job would still be running)."""
+
+LOCAL_NAMESPACE = "local"
+"""The namespace of the RolloutJob a local job is modelled as (nothing is created anywhere)."""
+
+
+def note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    prepared, jobs_dir = _check_everything(args, environ)
+    job = prepared.job
+    for problem in prepared.warnings:
+        note(f"warning: {problem}")
+    if unrunnable := prepared.task_problems():
+        note(f"warning: {len(unrunnable)} task(s) cannot run; their trials fail without starting:")
+        for problem in unrunnable:
+            note(f"  {problem}")
+
+    places = TrialPlaces(store_root=_store_root(environ), jobs_dir=jobs_dir)
+    places.jobs_dir.mkdir(parents=True, exist_ok=True)
+    store = places.store()
+    for report in publish_datasets(store, prepared.datasets):
+        if report.archives_uploaded:
+            note(report.describe(store))
+
+    rollout_job, _ = build_resources(
+        prepared, namespace=LOCAL_NAMESPACE, environ=None, storage=None, runner_image=None
+    )
+    secrets = resolved_secrets(rollout_job, resolve_agent_env(job, environ, file=prepared.file))
+    plan = _plan(prepared, rollout_job.metadata.name or job.name)
+    console = make_console()
+    with ProgressDisplay(console) as display:
+        last: list[Progress] = []
+
+        def show(progress: Progress, phase: str = JobPhase.RUNNING.value) -> None:
+            last[:] = [progress]
+            display.update(_view(job.name, progress, phase))
+
+        local_job = LocalJob(
+            rollout_job,
+            plan,
+            places,
+            sandbox_factory(job.environment.type, environ, force_build=job.environment.force_build),
+            secrets=secrets,
+            environ=environ,
+            config_json=config_json_text(prepared.content),
+            resume=args.resume,
+            retry_errors=args.retry_errors or (),
+            on_progress=show,
+        )
+        outcome = asyncio.run(_run_until_stopped(local_job, display))
+        if last:
+            show(last[0], STOPPED if outcome.stopped else JobPhase.COMPLETED.value)
+    for kept in outcome.kept:
+        note(f"kept for inspection (preserve_env): {kept}")
+    target = local_job_dir(jobs_dir, job.name)
+    summary = load_summary(target, None)
+    if summary is not None:
+        print_summary(console, summary)
+    note(f"results: {target}")
+    if outcome.stopped:
+        note(
+            f"stopped: the trials that finished are kept; `rollout run {args.job_file} --local "
+            "--resume` runs the others"
+        )
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK
+
+
+async def _run_until_stopped(job: LocalJob, display: ProgressDisplay) -> JobRun:
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def interrupted() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            display.warn(
+                "stopping: no more trials start; the running ones are recording their state "
+                "(Ctrl-C again kills them)"
+            )
+        job.stop(now=interrupts > 1)
+
+    # Signals reach the main thread only (the CLI run from a test's thread has no Ctrl-C).
+    signals = (
+        (signal.SIGINT, signal.SIGTERM)
+        if threading.current_thread() is threading.main_thread()
+        else ()
+    )
+    for sig in signals:
+        loop.add_signal_handler(sig, interrupted)
+    try:
+        return await job.run()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+def _check_everything(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> tuple[PreparedJob, Path]:
+    problems: list[str] = []
+    prepared = None
+    try:
+        prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ), local=True)
+    except InvalidInput as err:
+        problems += [str(p) for p in err.problems]
+    if args.strict and prepared is not None and (unrunnable := prepared.task_problems()):
+        problems += [str(p) for p in unrunnable]
+        problems.append(
+            f"--strict: the job is refused because {len(unrunnable)} task(s) cannot run"
+        )
+    jobs_dir: Path = args.jobs_dir or Path(prepared.job.jobs_dir if prepared else "jobs")
+    if prepared is not None:
+        if reason := unavailable_reason(prepared.job.environment.type, environ):
+            problems.append(f"{args.job_file}: environment.type: {reason}")
+        local_dir = local_job_dir(jobs_dir, prepared.job.name)
+        if not args.resume and local_dir.is_dir() and any(local_dir.iterdir()):
+            problems.append(
+                f"{args.job_file}: name: {local_dir} already holds results of a job named "
+                f"{prepared.job.name!r}: give the job another name, pass --jobs-dir, or pass "
+                "--resume to run only its trials without a result (or with an infrastructure "
+                "failure)"
+            )
+    if problems:
+        raise Problems(problems)
+    assert prepared is not None
+    return prepared, jobs_dir.absolute()
+
+
+def _store_root(environ: Mapping[str, str]) -> Path:
+    """Where local mode keeps task archives and dataset manifests: one store for every job."""
+    root = cache_dir(environ) / "local"
+    root.mkdir(parents=True, exist_ok=True)
+    return root.absolute()
+
+
+def _plan(prepared: PreparedJob, name: str) -> JobPlan:
+    datasets = [
+        ResolvedDataset(
+            d.dataset.name, d.digest, resolved_tasks(d.manifest, f"dataset {d.dataset.name}")
+        )
+        for d in prepared.datasets
+    ]
+    agents = [a.name for a in prepared.job.agents]
+    return plan_job(name, agents, datasets, prepared.job.n_attempts)
+
+
+def _view(job_name: str, progress: Progress, phase: str) -> JobView:
+    job = progress.summary.job
+    return JobView(
+        name=job_name,
+        job_name=job_name,
+        phase=phase,
+        total=progress.total,
+        finished=progress.finished,
+        running=progress.running,
+        completed=job.completed_trials,
+        failed=job.failed_trials,
+        pass_rate=job.pass_rate,
+        mean_reward=job.mean_reward,
+        metrics=[(m.type.value, m.value) for m in progress.summary.metrics],
+    )
+
+
+def parse_error_type(text: str) -> ErrorType:
+    try:
+        return ErrorType(text.strip())
+    except ValueError:
+        choices = ", ".join(e.value for e in ErrorType)
+        raise argparse.ArgumentTypeError(f"{text!r} is not an error type ({choices})") from None

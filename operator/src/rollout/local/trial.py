@@ -1,0 +1,263 @@
+"""One trial in local mode: its sandbox, the runner beside it, and a record whatever happens.
+
+As in a trial Pod, the sandbox plays the environment container (the shim as its first process)
+and the runner runs as a process of its own: `python -m rollout_runner.main`, given the trial's
+spec, the sandbox's control and logs directories, and a directory store that puts its files
+straight into the jobs directory. The runner does everything a trial is: the task's files, the
+agent, the verifier, the error types, result.json. This module only starts and stops things, and
+writes the record when the runner could not (the sandbox did not start, the runner died).
+
+The runner runs in a session of its own, so Ctrl-C at the terminal reaches the local job only;
+the job stops a runner with SIGTERM, which the runner takes as a trial Pod's deletion: it cancels
+the running phase, records `internal_error` and still writes the trial's files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rollout.api.errors import ErrorType, InvalidInput
+from rollout.api.failures import failure_class
+from rollout.api.layout import ERROR_TXT, RESULT_JSON, trial_prefix
+from rollout.api.plan import PlannedTrial
+from rollout.api.records import failed_result, record_error_text
+from rollout.api.resources import RolloutTrialSpec
+from rollout.api.results import TrialError, TrialResult
+from rollout.api.wire.spec import (
+    POD_CREATED_ENV_VAR,
+    SPEC_ENV_VAR,
+    TRY_ENV_VAR,
+    agent_env_var_name,
+    pod_created_at_text,
+    trial_spec_json,
+    try_text,
+)
+from rollout.local.sandbox import Sandbox, SandboxStartFailed
+from rollout.storage import ENV_DIR, ENV_JOBS_DIR, DirectoryStore, StorageError
+
+log = logging.getLogger(__name__)
+
+SandboxFactory = Callable[[RolloutTrialSpec, PlannedTrial, Path], Awaitable[Sandbox]]
+"""Starts a trial's sandbox in a directory of its own (`base`, empty, the caller's to remove)."""
+
+WRITTEN_LOCALLY = (
+    "rollout run --local wrote this record: the trial's runner could not write one (its "
+    "sandbox did not start, or the runner ended without writing it)."
+)
+
+RUNNER_STOP_GRACE_SEC = 60.0
+"""How long a runner told to stop (SIGTERM) has to record the trial before it is killed."""
+
+LOG_TAIL_BYTES = 4000
+"""How much of a runner's log goes into the error.txt of a trial whose runner died."""
+
+PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH")
+"""Variables of the CLI's environment the runner keeps: what a Python process needs to start.
+Nothing else (no cloud credentials, no tokens) reaches the runner or, through it, the trial."""
+
+
+@dataclass(frozen=True)
+class LocalTrial:
+    """Everything one trial needs: its plan entry, its spec, and where its files go."""
+
+    planned: PlannedTrial
+    spec: RolloutTrialSpec
+    secrets: Mapping[str, str]
+    """The agent's `${VAR}` env values by variable name (never in the spec, as on a cluster)."""
+    try_number: int = 1
+
+
+@dataclass(frozen=True)
+class TrialPlaces:
+    """The local store's directories: task archives under `store_root`, jobs in `jobs_dir`."""
+
+    store_root: Path
+    jobs_dir: Path
+
+    def store(self) -> DirectoryStore:
+        return DirectoryStore(self.store_root, jobs_dir=self.jobs_dir)
+
+
+class TrialRun:
+    """Runs one trial; `stop()` asks it to end early (the runner still writes the record)."""
+
+    def __init__(
+        self,
+        trial: LocalTrial,
+        places: TrialPlaces,
+        start_sandbox: SandboxFactory,
+        *,
+        environ: Mapping[str, str],
+        keep_work: bool = False,
+    ) -> None:
+        self.trial = trial
+        self.places = places
+        self.start_sandbox = start_sandbox
+        self.environ = environ
+        self.keep_work = keep_work
+        self._process: asyncio.subprocess.Process | None = None
+        self._stopping = False
+        self.kept: str | None = None
+        """How to reach a sandbox kept for inspection (the job's preserveEnv)."""
+
+    def stop(self, *, now: bool = False) -> None:
+        """Ask the trial to end: SIGTERM to its runner (SIGKILL with `now`); before the runner
+        has started, the trial does not start it."""
+        self._stopping = True
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL if now else signal.SIGTERM)
+
+    async def record_unrunnable(self, error: TrialError) -> TrialResult:
+        """Record a trial that cannot start (a broken task, the oracle without a solution), as
+        the operator fails it at creation."""
+        return await self._write_record(error, started=datetime.now(UTC), in_setup=False)
+
+    async def run(self) -> TrialResult | None:
+        """Run the trial and return its record (None when stopped before its sandbox started:
+        the trial has no record, and a resumed job runs it)."""
+        base = Path(tempfile.mkdtemp(prefix=f"rollout-{self.trial.planned.name}-"))
+        started = datetime.now(UTC)
+        sandbox: Sandbox | None = None
+        try:
+            try:
+                sandbox = await self.start_sandbox(self.trial.spec, self.trial.planned, base)
+            except SandboxStartFailed as err:
+                return await self._write_record(
+                    TrialError(type=ErrorType(err.error_type), message=err.message),
+                    started=started,
+                    in_setup=True,
+                )
+            if self._stopping:
+                return None
+            return await self._run_runner(sandbox, base, started)
+        finally:
+            keep = self.trial.spec.preserve_env and sandbox is not None
+            if sandbox is not None:
+                await sandbox.close(keep=keep)
+                if keep:
+                    self.kept = sandbox.describe()
+            if not keep and not self.keep_work:
+                await asyncio.to_thread(shutil.rmtree, base, ignore_errors=True)
+
+    async def _run_runner(self, sandbox: Sandbox, base: Path, started: datetime) -> TrialResult:
+        log_path = base / "runner.log"
+        with log_path.open("wb") as log_file:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "rollout_runner.main",
+                "--control-dir",
+                str(sandbox.paths.control_dir),
+                "--logs-dir",
+                str(sandbox.paths.logs_dir),
+                "--work-dir",
+                str(base / "runner-work"),
+                "--termination-log",
+                str(base / "termination-log"),
+                env=self._runner_env(started),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if self._stopping:  # stopped while it was starting: it missed the signal
+            self.stop()
+        code = await self._wait_runner()
+        record = await asyncio.to_thread(self._read_record)
+        if record is not None:
+            return record
+        tail = log_path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace").strip()
+        message = f"The runner ended (exit status {code}) without writing the trial's record"
+        return await self._write_record(
+            TrialError(type=ErrorType.INTERNAL_ERROR, message=message),
+            started=started,
+            in_setup=False,
+            notes=[f"The runner's last output:\n{tail}" if tail else "The runner printed nothing."],
+        )
+
+    async def _wait_runner(self) -> int:
+        process = self._process
+        assert process is not None
+        while True:
+            try:
+                # A stopped runner gets its grace, then SIGKILL.
+                timeout = RUNNER_STOP_GRACE_SEC if self._stopping else None
+                return await asyncio.wait_for(asyncio.shield(process.wait()), timeout)
+            except TimeoutError:
+                log.warning("the runner of %s did not stop: killing it", self.trial.planned.name)
+                self.stop(now=True)
+                return await process.wait()
+            except asyncio.CancelledError:
+                self.stop(now=True)
+                await process.wait()
+                raise
+
+    def _runner_env(self, started: datetime) -> dict[str, str]:
+        env = {name: self.environ[name] for name in PASSED_THROUGH if name in self.environ}
+        env[SPEC_ENV_VAR] = trial_spec_json(self.trial.spec)
+        env[POD_CREATED_ENV_VAR] = pod_created_at_text(started)
+        env[TRY_ENV_VAR] = try_text(self.trial.try_number)
+        env[ENV_DIR] = str(self.places.store_root)
+        env[ENV_JOBS_DIR] = str(self.places.jobs_dir)
+        env.update((agent_env_var_name(k), v) for k, v in self.trial.secrets.items())
+        return env
+
+    def _result_key(self) -> str:
+        return self._trial_prefix() + RESULT_JSON
+
+    def _trial_prefix(self) -> str:
+        key = self.trial.planned.key
+        job = self.trial.spec.job_name
+        return trial_prefix("", job, key.agent, key.dataset, key.task, key.attempt)
+
+    def _read_record(self) -> TrialResult | None:
+        """The trial's result.json, or None when there is none (or it is not a record)."""
+        store = self.places.store()
+        try:
+            return TrialResult.from_json(store.get_bytes(self._result_key()))
+        except (StorageError, InvalidInput):
+            return None
+
+    async def _write_record(
+        self,
+        error: TrialError,
+        *,
+        started: datetime,
+        in_setup: bool,
+        notes: list[str] | None = None,
+    ) -> TrialResult:
+        key = self.trial.planned.key
+        result = failed_result(
+            key,
+            started=started,
+            ended=datetime.now(UTC),
+            in_setup=in_setup,
+            error=error,
+            failure_class=failure_class(error.type, agent_name=key.agent),
+            tries=self.trial.try_number,
+        )
+        text = record_error_text(
+            self.trial.spec.job_name, key, error, notes=notes or [], written_by=WRITTEN_LOCALLY
+        )
+        store = self.places.store()
+        prefix = self._trial_prefix()
+
+        def write() -> None:
+            store.put_bytes(prefix + ERROR_TXT, text.encode(), "text/plain")
+            store.put_bytes(prefix + RESULT_JSON, result.to_json().encode(), "application/json")
+
+        await asyncio.to_thread(write)
+        return result
