@@ -304,5 +304,5 @@ def test_rollout_storage_jobs_dir_places_the_jobs_and_needs_rollout_storage_dir(
     )
     assert store is not None
     assert store.path(RESULT) == tmp_path.resolve() / "results" / RESULT.removeprefix("jobs/")
-    with pytest.raises(InvalidInput, match="ROLLOUT_STORAGE_JOBS_DIR.*needs ROLLOUT_STORAGE_DIR"):
+    with pytest.raises(InvalidInput, match=r"ROLLOUT_STORAGE_JOBS_DIR.*needs ROLLOUT_STORAGE_DIR"):
         directory_from_env({"ROLLOUT_STORAGE_JOBS_DIR": str(tmp_path)})

@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from rollout.api.environment import EnvironmentType
 from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.job import config_json_text
 from rollout.api.layout import local_job_dir
 from rollout.api.plan import JobPlan, ResolvedDataset, plan_job, resolved_tasks
 from rollout.api.resources import JobPhase
+from rollout.api.taskdir import Task
 from rollout.cli.errors import ExitCode, Problems
 from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
 from rollout.cli.progress import JobView, ProgressDisplay, make_console
@@ -160,6 +163,8 @@ def _check_everything(
     if prepared is not None:
         if reason := unavailable_reason(prepared.job.environment.type, environ):
             problems.append(f"{args.job_file}: environment.type: {reason}")
+        elif prepared.job.environment.type is EnvironmentType.LOCAL and os.geteuid() != 0:
+            problems += _agent_users_without_root(prepared, args.job_file)
         local_dir = local_job_dir(jobs_dir, prepared.job.name)
         if not args.resume and local_dir.is_dir() and any(local_dir.iterdir()):
             problems.append(
@@ -172,6 +177,22 @@ def _check_everything(
         raise Problems(problems)
     assert prepared is not None
     return prepared, jobs_dir.absolute()
+
+
+def _agent_users_without_root(prepared: PreparedJob, job_file: Path) -> list[str]:
+    """The host sandbox without root maps only root into its user namespace: no agent user can
+    exist there, so a job that needs one is refused rather than failing every trial."""
+    why = "needs an agent user, which the host sandbox can make only when run as root"
+    instead = "run as root, or use environment.type: docker"
+    if prepared.job.isolate_agents:
+        return [f"{job_file}: isolate_agents: {why}; {instead}"]
+    return [
+        f"{job_file}: datasets: task {task.name!r} has [agent] user = {task.config.agent.user!r}, "
+        f"which {why}; {instead}"
+        for dataset in prepared.datasets
+        for task in dataset.dataset.tasks
+        if isinstance(task, Task) and task.config.agent.user is not None
+    ]
 
 
 def _store_root(environ: Mapping[str, str]) -> Path:

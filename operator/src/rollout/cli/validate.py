@@ -68,6 +68,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="do not fetch registry datasets' tasks with git (their commits go unchecked)",
     )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="check job files as `rollout run --local` would run them (environment.type docker "
+        "or local) rather than as a cluster would",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         cache=cache_dir(environ),
         env_values=EnvValues.WARN if args.no_env else EnvValues.REQUIRED,
         fetch=not args.offline,
+        local=args.local,
     )
     return validate_paths(args.paths, sys.stdout, checks)
 
@@ -90,12 +97,18 @@ class JobChecks:
     cache: Path
     env_values: EnvValues = EnvValues.REQUIRED
     fetch: bool = True
+    local: bool = False
 
     def check(self, path: Path) -> list[Problem]:
         """A job file is valid when run would accept it and all its tasks can run (what
         `rollout run --strict` asks); its warnings."""
         checked = check_job(
-            path, self.environ, cache=self.cache, env_values=self.env_values, fetch=self.fetch
+            path,
+            self.environ,
+            cache=self.cache,
+            env_values=self.env_values,
+            fetch=self.fetch,
+            local=self.local,
         )
         if unrunnable := checked.task_problems():
             raise InvalidInput(unrunnable)
