@@ -1,0 +1,409 @@
+"""Local mode's engine sandbox against a real Docker-compatible engine.
+
+The engine is the one DOCKER_HOST (or the default socket) names when it answers; otherwise, when
+Podman is installed, its API service started here on a socket of the test's own, with its own
+image store. Without either, the tests skip and say why. Nothing is downloaded: the test image is
+a root filesystem made of this machine's busybox (and the libraries it needs), imported into the
+engine, and the Dockerfiles built here start FROM it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import re
+import resource
+import secrets
+import shutil
+import socket
+import subprocess
+import tarfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+from rollout.api.errors import ErrorType
+from rollout.api.resources import RolloutTrialSpec
+from rollout.api.task import EnvironmentConfig
+from rollout.api.wire.shim import READY_FILE
+from rollout.local.engine import Engine, connect_engine
+from rollout.local.engine_images import ImageCache
+from rollout.local.sandbox import SandboxStartFailed, SandboxUnavailable
+from rollout_runner.shim_environment import ShimEnvironment
+
+pytestmark = pytest.mark.integration
+
+READY_TIMEOUT_SEC = 60.0
+SERVICE_START_SEC = 30.0
+
+
+# --- The engine -------------------------------------------------------------------------------
+
+
+@dataclass
+class EngineUnderTest:
+    environ: dict[str, str]
+    image: str
+    """A tiny image of busybox, in the engine's store."""
+    built: list[str] = field(default_factory=list)
+    """Tags the tests built, removed at the end from an engine the tests did not start."""
+
+
+def _busybox_rootfs_tar() -> bytes:
+    """A root filesystem with this machine's busybox, its applets and the libraries it needs."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("busybox is not installed: the engine tests make their image from it")
+    busybox = os.path.realpath(busybox)
+    libraries = re.findall(
+        r"(/\S+)", subprocess.run(["ldd", busybox], capture_output=True, text=True).stdout
+    )
+    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+
+        def add_dir(name: str) -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+
+        def add_file(name: str, data: bytes, mode: int = 0o644) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+
+        for directory in ("bin", "etc", "tmp", "root", "proc", "sys", "dev"):
+            add_dir(directory)
+        add_file("bin/busybox", Path(busybox).read_bytes(), 0o755)
+        for applet in applets.stdout.split():
+            if applet != "busybox":
+                link = tarfile.TarInfo(f"bin/{applet}")
+                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+                tar.addfile(link)
+        for library in libraries:
+            if os.path.isfile(library):
+                parts = Path(library).parts[1:]
+                for depth in range(1, len(parts)):
+                    name = "/".join(parts[:depth])
+                    if name not in tar.getnames():
+                        add_dir(name)
+                add_file("/".join(parts), Path(library).read_bytes(), 0o755)
+        add_file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
+        add_file("etc/group", b"root:x:0:\n")
+    return buffer.getvalue()
+
+
+def _podman_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """Podman's API service on a socket in `tmp`, with an image store of its own there."""
+    socket_path = tmp / "podman.sock"
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nofile = 1_048_576 if nofile == resource.RLIM_INFINITY else nofile
+    # Limits no higher than this process's: raising them needs CAP_SYS_RESOURCE, which a test
+    # container often lacks. runc where installed: crun refuses hybrid cgroup hierarchies.
+    conf = [
+        "[containers]",
+        f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc=4096:4096"]',
+    ]
+    if shutil.which("runc"):
+        conf += ["[engine]", 'runtime = "runc"']
+    (tmp / "containers.conf").write_text("\n".join(conf) + "\n")
+    (tmp / "storage.conf").write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{tmp}/storage"\nrunroot = "{tmp}/run"\n'
+    )
+    env = {
+        **os.environ,
+        "CONTAINERS_CONF": str(tmp / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(tmp / "storage.conf"),
+    }
+    log = (tmp / "service.log").open("wb")
+    process = subprocess.Popen(
+        ["podman", "system", "service", "--time=0", f"unix://{socket_path}"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    environ = {"DOCKER_HOST": f"unix://{socket_path}"}
+    deadline = time.monotonic() + SERVICE_START_SEC
+    while time.monotonic() < deadline and process.poll() is None:
+        if socket_path.exists() and _answers(socket_path):
+            return process, environ
+        time.sleep(0.1)
+    process.terminate()
+    process.wait(10)
+    pytest.skip(
+        "podman's API service did not start: "
+        + (tmp / "service.log").read_text(errors="replace")[-2000:]
+    )
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def test_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineUnderTest]:
+    """A reachable engine with the test image in it, or a skip that says why there is none."""
+    service: subprocess.Popen[bytes] | None = None
+    try:
+        environ = dict(os.environ)
+        connect_engine(environ).close()
+    except SandboxUnavailable as err:
+        if shutil.which("podman") is None:
+            pytest.skip(f"no container engine: {err}; and podman is not installed")
+        service, environ = _podman_service(tmp_path_factory.mktemp("podman"))
+    try:
+        client = connect_engine(environ)
+        image = f"localhost/rollout-engine-test:{secrets.token_hex(4)}"
+        try:
+            repository, tag = image.rsplit(":", 1)
+            answer = client.api.import_image_from_data(
+                _busybox_rootfs_tar(), repository=repository, tag=tag
+            )
+            # Podman 4 tags an import :latest whatever the tag asked: tag its id as well.
+            client.api.tag(re.findall(r"sha256:[0-9a-f]{64}", answer)[-1], repository, tag)
+            client.containers.run(image, ["true"], remove=True)
+        except docker.errors.DockerException as err:
+            pytest.skip(f"the engine at {environ.get('DOCKER_HOST')} cannot run a container: {err}")
+        under_test = EngineUnderTest(environ, image)
+        yield under_test
+        if service is None:  # a shared engine: leave it as it was
+            for made in [*under_test.built, image]:
+                with contextlib.suppress(docker.errors.DockerException):
+                    client.images.remove(made, force=True)
+        client.close()
+    finally:
+        if service is not None:
+            service.terminate()
+            service.wait(30)
+            # Podman's overlay driver mounts its layer directory over itself (as root).
+            layers = Path(environ["DOCKER_HOST"].removeprefix("unix://")).parent / "storage/overlay"
+            if layers.is_dir():  # (os.path.ismount cannot tell a bind mount onto itself)
+                subprocess.run(["umount", str(layers)], check=False, capture_output=True)
+
+
+@pytest.fixture
+async def engine(test_engine: EngineUnderTest) -> AsyncIterator[Engine]:
+    connected = await Engine.connect(test_engine.environ)
+    try:
+        yield connected
+    finally:
+        await connected.close()
+
+
+def make_spec(task: str = "hello", attempt: int = 1, **fields: Any) -> RolloutTrialSpec:
+    return RolloutTrialSpec.model_validate(
+        {
+            "jobName": "engine-test",
+            "agent": {"name": "oracle"},
+            "datasetName": "offline",
+            "taskName": task,
+            "attempt": attempt,
+            "image": "unused:1",
+            "resources": {"cpus": "1", "memory": "256Mi", "storage": "1G"},
+            "timeouts": {"agentInstallSec": 1, "agentSec": 1, "verifierSec": 1, "buildSec": 60},
+            "storage": {"bucket": "b"},
+            "runnerImage": "runner:1",
+            **fields,
+        }
+    )
+
+
+def make_task(root: Path, dockerfile: str) -> Path:
+    (root / "environment").mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text(dockerfile)
+    return root
+
+
+def container_exists(engine: Engine, container_id: str) -> bool:
+    try:
+        engine.client.containers.get(container_id)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+# --- Tests ------------------------------------------------------------------------------------
+
+
+async def test_a_sandbox_runs_the_shim_whose_commands_write_the_host_logs_dir(
+    engine: Engine, test_engine: EngineUnderTest, tmp_path: Path
+) -> None:
+    image = await engine.ensure_image(
+        tmp_path, EnvironmentConfig(docker_image=test_engine.image), force_build=False
+    )
+    sandbox = await engine.start(make_spec(), image, work_dir=tmp_path)
+    try:
+        shim = ShimEnvironment(sandbox.paths.control_dir)
+        await shim.wait_ready(READY_TIMEOUT_SEC)
+        assert (sandbox.paths.control_dir / READY_FILE).is_file()
+
+        result = await shim.run(
+            "mkdir -p /logs/agent && echo hello > /logs/agent/x.txt && pwd && id -u",
+            timeout_sec=30,
+        )
+
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.decode().split() == ["/", "0"]
+        assert (sandbox.paths.logs_dir / "agent" / "x.txt").read_text() == "hello\n"
+        assert sandbox.name in sandbox.describe()
+        container = engine.client.containers.get(sandbox.container_id)
+        assert container.attrs["HostConfig"]["NanoCpus"] == 1_000_000_000
+        assert container.attrs["HostConfig"]["Memory"] == 256 * 2**20
+        assert container.labels["rollout.dev/job"] == "engine-test"
+    finally:
+        await sandbox.close()
+
+    assert not container_exists(engine, sandbox.container_id)
+    assert not sandbox.paths.control_dir.exists()
+    await sandbox.close()  # again: nothing left to do, no error
+
+
+async def test_a_dockerfile_is_built_once_for_the_sandboxes_that_share_it(
+    engine: Engine, test_engine: EngineUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = secrets.token_hex(8)  # new content: a tag no earlier run built
+    task = make_task(
+        tmp_path / "task",
+        f"FROM {test_engine.image}\n"
+        f"RUN echo built-{token} > /built.txt\n"
+        "WORKDIR /app\n"
+        # The shim replaces both: neither wraps nor follows it.
+        'ENTRYPOINT ["/bin/false"]\n'
+        'CMD ["ignored"]\n',
+    )
+    builds: list[str] = []
+    real_build = ImageCache._build
+
+    def counting_build(self: ImageCache, environment_dir: Path, tag: str) -> None:
+        builds.append(tag)
+        real_build(self, environment_dir, tag)
+
+    monkeypatch.setattr(ImageCache, "_build", counting_build)
+    environment = EnvironmentConfig()
+
+    first, second = await asyncio.gather(
+        engine.ensure_image(task, environment, force_build=False),
+        engine.ensure_image(task, environment, force_build=False),
+    )
+
+    test_engine.built.append(first)
+    assert first == second
+    assert builds == [first]
+    sandboxes = await asyncio.gather(
+        engine.start(make_spec(attempt=1), first, work_dir=tmp_path),
+        engine.start(make_spec(attempt=2), second, work_dir=tmp_path),
+    )
+    try:
+        for sandbox in sandboxes:
+            shim = ShimEnvironment(sandbox.paths.control_dir)
+            await shim.wait_ready(READY_TIMEOUT_SEC)
+            result = await shim.run("cat /built.txt; pwd", timeout_sec=30)
+            assert result.stdout.decode().split() == [f"built-{token}", "/app"]
+    finally:
+        await asyncio.gather(*(sandbox.close() for sandbox in sandboxes))
+
+    # Another job finds the tag on the engine and builds nothing; force_build builds once.
+    again = Engine(engine.client)
+    assert await again.ensure_image(task, environment, force_build=False) == first
+    assert builds == [first]
+    forced = Engine(engine.client)
+    await asyncio.gather(
+        forced.ensure_image(task, environment, force_build=True),
+        forced.ensure_image(task, environment, force_build=True),
+    )
+    assert builds == [first, first]
+
+
+async def test_close_keep_leaves_the_container_running(
+    engine: Engine, test_engine: EngineUnderTest, tmp_path: Path
+) -> None:
+    sandbox = await engine.start(make_spec(), test_engine.image, work_dir=tmp_path)
+    await ShimEnvironment(sandbox.paths.control_dir).wait_ready(READY_TIMEOUT_SEC)
+
+    await sandbox.close(keep=True)
+
+    try:
+        container = engine.client.containers.get(sandbox.container_id)
+        assert container.status == "running"
+        assert f"docker exec -it {sandbox.name} sh" in sandbox.describe()
+        assert sandbox.paths.logs_dir.is_dir()
+    finally:
+        engine.client.api.remove_container(sandbox.container_id, force=True)
+
+
+async def test_a_failing_dockerfile_is_a_build_failure_with_the_builds_output(
+    engine: Engine, test_engine: EngineUnderTest, tmp_path: Path
+) -> None:
+    task = make_task(
+        tmp_path / "task",
+        f"FROM {test_engine.image}\nRUN echo about-to-fail-{secrets.token_hex(4)} && exit 3\n",
+    )
+
+    with pytest.raises(SandboxStartFailed) as caught:
+        await engine.ensure_image(task, EnvironmentConfig(), force_build=False)
+
+    assert caught.value.error_type == ErrorType.ENVIRONMENT_BUILD_FAILED
+    assert "about-to-fail" in caught.value.message
+    # The next trial of the task gets the same error without another build.
+    with pytest.raises(SandboxStartFailed) as again:
+        await engine.ensure_image(task, EnvironmentConfig(), force_build=False)
+    assert again.value is caught.value
+
+
+async def test_an_image_that_cannot_be_pulled_is_a_pull_failure(
+    engine: Engine, tmp_path: Path
+) -> None:
+    image = "127.0.0.1:9/rollout/no-such-image:1"  # the discard port: nothing answers
+
+    with pytest.raises(SandboxStartFailed) as caught:
+        await engine.ensure_image(
+            tmp_path, EnvironmentConfig(docker_image=image), force_build=False
+        )
+
+    assert caught.value.error_type == ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED
+    assert image in caught.value.message
+
+
+async def test_an_image_that_does_not_start_fails_the_start_and_leaves_nothing(
+    engine: Engine, tmp_path: Path
+) -> None:
+    with pytest.raises(SandboxStartFailed) as caught:
+        await engine.start(make_spec(), "localhost/rollout-no-such-image:1", work_dir=tmp_path)
+
+    assert caught.value.error_type == ErrorType.ENVIRONMENT_START_FAILED
+    assert await asyncio.to_thread(os.listdir, tmp_path) == []
+
+
+async def test_a_shim_running_as_the_images_non_root_user_gets_ready(
+    engine: Engine, test_engine: EngineUnderTest, tmp_path: Path
+) -> None:
+    # The control directory is as open as a Pod's emptyDir until the runner closes it to the
+    # shim's user: a shim that is not root can still write its ready file there.
+    task = make_task(
+        tmp_path / "task", f"FROM {test_engine.image}\n# {secrets.token_hex(8)}\nUSER 1000:1000\n"
+    )
+    image = await engine.ensure_image(task, EnvironmentConfig(), force_build=False)
+    test_engine.built.append(image)
+    sandbox = await engine.start(make_spec(), image, work_dir=tmp_path)
+    try:
+        shim = ShimEnvironment(sandbox.paths.control_dir)
+        await shim.wait_ready(READY_TIMEOUT_SEC)
+
+        assert shim.info is not None
+        assert shim.info.uid == 1000
+    finally:
+        await sandbox.close()
