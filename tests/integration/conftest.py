@@ -16,6 +16,7 @@ from typing import Protocol
 import aiohttp
 import pytest
 from cli_kit import Cli, Workspace
+from engine_kit import EngineUnderTest, engine_under_test
 from pydantic import SecretStr
 from runner_kit import fast_store
 from s3_kit import S3Settings
@@ -180,3 +181,10 @@ def container(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeCo
     """A fake container running the shim, once under each shell it supports."""
     with fake_container(tmp_path, request.param) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def test_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineUnderTest]:
+    """A Docker-compatible engine with a small test image (`engine_kit`), or a skip saying why."""
+    with engine_under_test(tmp_path_factory) as engine:
+        yield engine

@@ -10,189 +10,27 @@ engine, and the Dockerfiles built here start FROM it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
+import logging
 import os
-import re
-import resource
 import secrets
-import shutil
-import socket
-import subprocess
-import tarfile
-import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
 import pytest
+from engine_kit import READY_TIMEOUT_SEC, EngineUnderTest
 
 from rollout.api.errors import ErrorType
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.task import EnvironmentConfig
 from rollout.api.wire.shim import READY_FILE
-from rollout.local.engine import Engine, connect_engine
-from rollout.local.engine_images import ImageCache
-from rollout.local.sandbox import SandboxStartFailed, SandboxUnavailable
+from rollout.local.engine import Engine
+from rollout.local.sandbox import SandboxStartFailed
 from rollout_runner.shim_environment import ShimEnvironment
 
 pytestmark = pytest.mark.integration
-
-READY_TIMEOUT_SEC = 60.0
-SERVICE_START_SEC = 30.0
-
-
-# --- The engine -------------------------------------------------------------------------------
-
-
-@dataclass
-class EngineUnderTest:
-    environ: dict[str, str]
-    image: str
-    """A tiny image of busybox, in the engine's store."""
-    built: list[str] = field(default_factory=list)
-    """Tags the tests built, removed at the end from an engine the tests did not start."""
-
-
-def _busybox_rootfs_tar() -> bytes:
-    """A root filesystem with this machine's busybox, its applets and the libraries it needs."""
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        pytest.skip("busybox is not installed: the engine tests make their image from it")
-    busybox = os.path.realpath(busybox)
-    libraries = re.findall(
-        r"(/\S+)", subprocess.run(["ldd", busybox], capture_output=True, text=True).stdout
-    )
-    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-
-        def add_dir(name: str) -> None:
-            info = tarfile.TarInfo(name)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-
-        def add_file(name: str, data: bytes, mode: int = 0o644) -> None:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-
-        for directory in ("bin", "etc", "tmp", "root", "proc", "sys", "dev"):
-            add_dir(directory)
-        add_file("bin/busybox", Path(busybox).read_bytes(), 0o755)
-        for applet in applets.stdout.split():
-            if applet != "busybox":
-                link = tarfile.TarInfo(f"bin/{applet}")
-                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-                tar.addfile(link)
-        for library in libraries:
-            if os.path.isfile(library):
-                parts = Path(library).parts[1:]
-                for depth in range(1, len(parts)):
-                    name = "/".join(parts[:depth])
-                    if name not in tar.getnames():
-                        add_dir(name)
-                add_file("/".join(parts), Path(library).read_bytes(), 0o755)
-        add_file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
-        add_file("etc/group", b"root:x:0:\n")
-    return buffer.getvalue()
-
-
-def _podman_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    """Podman's API service on a socket in `tmp`, with an image store of its own there."""
-    socket_path = tmp / "podman.sock"
-    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    nofile = 1_048_576 if nofile == resource.RLIM_INFINITY else nofile
-    # Limits no higher than this process's: raising them needs CAP_SYS_RESOURCE, which a test
-    # container often lacks. runc where installed: crun refuses hybrid cgroup hierarchies.
-    conf = [
-        "[containers]",
-        f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc=4096:4096"]',
-    ]
-    if shutil.which("runc"):
-        conf += ["[engine]", 'runtime = "runc"']
-    (tmp / "containers.conf").write_text("\n".join(conf) + "\n")
-    (tmp / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{tmp}/storage"\nrunroot = "{tmp}/run"\n'
-    )
-    env = {
-        **os.environ,
-        "CONTAINERS_CONF": str(tmp / "containers.conf"),
-        "CONTAINERS_STORAGE_CONF": str(tmp / "storage.conf"),
-    }
-    log = (tmp / "service.log").open("wb")
-    process = subprocess.Popen(
-        ["podman", "system", "service", "--time=0", f"unix://{socket_path}"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    environ = {"DOCKER_HOST": f"unix://{socket_path}"}
-    deadline = time.monotonic() + SERVICE_START_SEC
-    while time.monotonic() < deadline and process.poll() is None:
-        if socket_path.exists() and _answers(socket_path):
-            return process, environ
-        time.sleep(0.1)
-    process.terminate()
-    process.wait(10)
-    pytest.skip(
-        "podman's API service did not start: "
-        + (tmp / "service.log").read_text(errors="replace")[-2000:]
-    )
-
-
-def _answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
-@pytest.fixture(scope="session")
-def test_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineUnderTest]:
-    """A reachable engine with the test image in it, or a skip that says why there is none."""
-    service: subprocess.Popen[bytes] | None = None
-    try:
-        environ = dict(os.environ)
-        connect_engine(environ).close()
-    except SandboxUnavailable as err:
-        if shutil.which("podman") is None:
-            pytest.skip(f"no container engine: {err}; and podman is not installed")
-        service, environ = _podman_service(tmp_path_factory.mktemp("podman"))
-    try:
-        client = connect_engine(environ)
-        image = f"localhost/rollout-engine-test:{secrets.token_hex(4)}"
-        try:
-            repository, tag = image.rsplit(":", 1)
-            answer = client.api.import_image_from_data(
-                _busybox_rootfs_tar(), repository=repository, tag=tag
-            )
-            # Podman 4 tags an import :latest whatever the tag asked: tag its id as well.
-            client.api.tag(re.findall(r"sha256:[0-9a-f]{64}", answer)[-1], repository, tag)
-            client.containers.run(image, ["true"], remove=True)
-        except docker.errors.DockerException as err:
-            pytest.skip(f"the engine at {environ.get('DOCKER_HOST')} cannot run a container: {err}")
-        under_test = EngineUnderTest(environ, image)
-        yield under_test
-        if service is None:  # a shared engine: leave it as it was
-            for made in [*under_test.built, image]:
-                with contextlib.suppress(docker.errors.DockerException):
-                    client.images.remove(made, force=True)
-        client.close()
-    finally:
-        if service is not None:
-            service.terminate()
-            service.wait(30)
-            # Podman's overlay driver mounts its layer directory over itself (as root).
-            layers = Path(environ["DOCKER_HOST"].removeprefix("unix://")).parent / "storage/overlay"
-            if layers.is_dir():  # (os.path.ismount cannot tell a bind mount onto itself)
-                subprocess.run(["umount", str(layers)], check=False, capture_output=True)
 
 
 @pytest.fixture
@@ -273,7 +111,10 @@ async def test_a_sandbox_runs_the_shim_whose_commands_write_the_host_logs_dir(
 
 
 async def test_a_dockerfile_is_built_once_for_the_sandboxes_that_share_it(
-    engine: Engine, test_engine: EngineUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: Engine,
+    test_engine: EngineUnderTest,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     token = secrets.token_hex(8)  # new content: a tag no earlier run built
     task = make_task(
@@ -285,14 +126,12 @@ async def test_a_dockerfile_is_built_once_for_the_sandboxes_that_share_it(
         'ENTRYPOINT ["/bin/false"]\n'
         'CMD ["ignored"]\n',
     )
-    builds: list[str] = []
-    real_build = ImageCache._build
+    caplog.set_level(logging.INFO, logger="rollout.local.engine_images")
 
-    def counting_build(self: ImageCache, environment_dir: Path, tag: str) -> None:
-        builds.append(tag)
-        real_build(self, environment_dir, tag)
+    def builds() -> list[str]:
+        """The tags built so far, as the image cache logs each build it starts."""
+        return [r.args[0] for r in caplog.records if r.msg.startswith("building %s")]
 
-    monkeypatch.setattr(ImageCache, "_build", counting_build)
     environment = EnvironmentConfig()
 
     first, second = await asyncio.gather(
@@ -302,7 +141,7 @@ async def test_a_dockerfile_is_built_once_for_the_sandboxes_that_share_it(
 
     test_engine.built.append(first)
     assert first == second
-    assert builds == [first]
+    assert builds() == [first]
     sandboxes = await asyncio.gather(
         engine.start(make_spec(attempt=1), first, work_dir=tmp_path),
         engine.start(make_spec(attempt=2), second, work_dir=tmp_path),
@@ -319,13 +158,13 @@ async def test_a_dockerfile_is_built_once_for_the_sandboxes_that_share_it(
     # Another job finds the tag on the engine and builds nothing; force_build builds once.
     again = Engine(engine.client)
     assert await again.ensure_image(task, environment, force_build=False) == first
-    assert builds == [first]
+    assert builds() == [first]
     forced = Engine(engine.client)
     await asyncio.gather(
         forced.ensure_image(task, environment, force_build=True),
         forced.ensure_image(task, environment, force_build=True),
     )
-    assert builds == [first, first]
+    assert builds() == [first, first]
 
 
 async def test_close_keep_leaves_the_container_running(

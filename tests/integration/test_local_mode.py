@@ -18,10 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 import yaml
+from engine_kit import EngineUnderTest
 
 from paths import DATA
+from rollout.api.images import environment_image_tag
+from rollout.api.names import LABEL_JOB
 from rollout.local.host import host_sandbox_unavailable
 
 pytestmark = [
@@ -48,6 +52,7 @@ class Workspace:
         for task in tasks:
             shutil.copytree(DATA / "tasks" / task, root / "tasks" / task)
         self.name = job.pop("name", "local-test")
+        self.extra_env: dict[str, str] = {}
         self.job = {
             "name": self.name,
             "jobs_dir": "jobs",
@@ -83,6 +88,7 @@ class Workspace:
             "ROLLOUT_CACHE_DIR": str(self.root / "cache"),
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
             "MY_SECRET": SECRET,
+            **self.extra_env,
         }
 
     def start(self, *args: str) -> subprocess.Popen[str]:
@@ -287,3 +293,33 @@ def test_a_type_local_mode_cannot_run_is_refused_before_anything_is_written(
     assert said in done.stderr
     assert "environment.type" in done.stderr
     assert not (space.root / "jobs").exists()
+
+
+def test_type_docker_builds_the_tasks_image_once_and_leaves_no_container(
+    tmp_path: Path, test_engine: EngineUnderTest
+) -> None:
+    space = Workspace(
+        tmp_path,
+        ["hello-offline"],
+        agents=[{"name": "oracle"}, SCRIPTED],
+        environment={"type": "docker"},
+    )
+    space.extra_env = {"DOCKER_HOST": test_engine.environ["DOCKER_HOST"]}
+    environment = space.root / "tasks" / "hello-offline" / "environment"
+    # New content (a tag no other run built), FROM the engine's small test image.
+    (environment / "Dockerfile").write_text(
+        f"FROM {test_engine.image}\nWORKDIR /app\nLABEL run={os.getpid()}-{time.time_ns()}\n"
+    )
+    tag = environment_image_tag(environment)
+    test_engine.built.append(tag)
+    done = space.run()
+    assert done.returncode == 0, done.stderr
+    for agent in ("oracle", "scripted"):
+        assert space.record(agent, "hello-offline")["reward"] == 1.0
+    client = docker.DockerClient(base_url=test_engine.environ["DOCKER_HOST"])
+    try:
+        assert client.images.get(tag) is not None
+        left = client.containers.list(all=True, filters={"label": f"{LABEL_JOB}={space.name}"})
+        assert left == []
+    finally:
+        client.close()

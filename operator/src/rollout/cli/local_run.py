@@ -40,7 +40,7 @@ from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare
 from rollout.cli.progress import JobView, ProgressDisplay, make_console
 from rollout.cli.publish import publish_datasets
 from rollout.cli.summary import load_summary, print_summary
-from rollout.local.environments import sandbox_factory, unavailable_reason
+from rollout.local.environments import sandboxes, unavailable_reason
 from rollout.local.job import JobRun, LocalJob, Progress, resolved_secrets
 from rollout.local.trial import TrialPlaces
 
@@ -89,7 +89,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             rollout_job,
             plan,
             places,
-            sandbox_factory(job.environment.type, environ, force_build=job.environment.force_build),
+            sandboxes(
+                job.environment.type,
+                environ,
+                _task_dirs(prepared),
+                force_build=job.environment.force_build,
+            ),
             secrets=secrets,
             environ=environ,
             config_json=config_json_text(prepared.content),
@@ -143,6 +148,7 @@ async def _run_until_stopped(job: LocalJob, display: ProgressDisplay) -> JobRun:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+        await job.sandboxes.aclose()
 
 
 def _check_everything(
@@ -200,6 +206,16 @@ def _store_root(environ: Mapping[str, str]) -> Path:
     root = cache_dir(environ) / "local"
     root.mkdir(parents=True, exist_ok=True)
     return root.absolute()
+
+
+def _task_dirs(prepared: PreparedJob) -> dict[str, Path]:
+    """Each task's directory by its content hash (an engine builds its environment/ there)."""
+    return {
+        entry.content_hash: task.path
+        for d in prepared.datasets
+        for task, entry in zip(d.dataset.tasks, d.manifest.tasks, strict=True)
+        if entry.content_hash is not None
+    }
 
 
 def _plan(prepared: PreparedJob, name: str) -> JobPlan:

@@ -39,7 +39,8 @@ from rollout.api.plan import JobPlan, PlannedTrial
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import JobResult, TrialResult
 from rollout.api.trial_spec import task_error, trial_spec
-from rollout.local.trial import LocalTrial, SandboxFactory, TrialPlaces, TrialRun
+from rollout.local.environments import Sandboxes
+from rollout.local.trial import LocalTrial, TrialPlaces, TrialRun
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class LocalJob:
         job: RolloutJob,
         plan: JobPlan,
         places: TrialPlaces,
-        start_sandbox: SandboxFactory,
+        sandboxes: Sandboxes,
         *,
         secrets: Mapping[str, Mapping[str, str]],
         environ: Mapping[str, str],
@@ -105,7 +106,7 @@ class LocalJob:
         self.job = job
         self.plan = plan
         self.places = places
-        self.start_sandbox = start_sandbox
+        self.sandboxes = sandboxes
         self.secrets = secrets
         self.environ = environ
         self.config_json = config_json
@@ -193,7 +194,7 @@ class LocalJob:
         trial = LocalTrial(
             planned, spec, self.secrets.get(planned.key.agent, {}), try_number=try_number
         )
-        run = TrialRun(trial, self.places, self.start_sandbox, environ=self.environ)
+        run = TrialRun(trial, self.places, self.sandboxes, environ=self.environ)
         if (error := task_error(planned)) is not None:
             if not self._stopping:
                 self._finished(planned, await run.record_unrunnable(error))

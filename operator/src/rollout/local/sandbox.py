@@ -14,6 +14,8 @@ import abc
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout.api.errors import ErrorType
+
 
 class SandboxUnavailable(Exception):
     """This kind of sandbox cannot run on this machine at all (no engine, no namespaces).
@@ -26,7 +28,9 @@ class SandboxStartFailed(Exception):
     """One trial's sandbox did not start (an image that cannot be pulled or built, a mount that
     fails): the trial fails with `error_type` (the seed's environment_* types)."""
 
-    def __init__(self, message: str, error_type: str = "environment_start_failed") -> None:
+    def __init__(
+        self, message: str, error_type: ErrorType = ErrorType.ENVIRONMENT_START_FAILED
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.error_type = error_type

@@ -22,7 +22,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,18 +43,20 @@ from rollout.api.wire.spec import (
     trial_spec_json,
     try_text,
 )
+from rollout.local.environments import Sandboxes
 from rollout.local.sandbox import Sandbox, SandboxStartFailed
 from rollout.storage import ENV_DIR, ENV_JOBS_DIR, DirectoryStore, StorageError
 
 log = logging.getLogger(__name__)
 
-SandboxFactory = Callable[[RolloutTrialSpec, PlannedTrial, Path], Awaitable[Sandbox]]
-"""Starts a trial's sandbox in a directory of its own (`base`, empty, the caller's to remove)."""
-
 WRITTEN_LOCALLY = (
     "rollout run --local wrote this record: the trial's runner could not write one (its "
     "sandbox did not start, or the runner ended without writing it)."
 )
+
+READY_TIMEOUT_SEC = 120.0
+"""How long the runner waits for the shim: the sandbox is started and its image there already
+(a trial Pod's runner waits longer, through scheduling and the image pull)."""
 
 RUNNER_STOP_GRACE_SEC = 60.0
 """How long a runner told to stop (SIGTERM) has to record the trial before it is killed."""
@@ -96,14 +98,14 @@ class TrialRun:
         self,
         trial: LocalTrial,
         places: TrialPlaces,
-        start_sandbox: SandboxFactory,
+        sandboxes: Sandboxes,
         *,
         environ: Mapping[str, str],
         keep_work: bool = False,
     ) -> None:
         self.trial = trial
         self.places = places
-        self.start_sandbox = start_sandbox
+        self.sandboxes = sandboxes
         self.environ = environ
         self.keep_work = keep_work
         self._process: asyncio.subprocess.Process | None = None
@@ -133,10 +135,10 @@ class TrialRun:
         sandbox: Sandbox | None = None
         try:
             try:
-                sandbox = await self.start_sandbox(self.trial.spec, self.trial.planned, base)
+                sandbox = await self.sandboxes.start(self.trial.spec, self.trial.planned, base)
             except SandboxStartFailed as err:
                 return await self._write_record(
-                    TrialError(type=ErrorType(err.error_type), message=err.message),
+                    TrialError(type=err.error_type, message=err.message),
                     started=started,
                     in_setup=True,
                 )
@@ -167,6 +169,8 @@ class TrialRun:
                 str(base / "runner-work"),
                 "--termination-log",
                 str(base / "termination-log"),
+                "--ready-timeout-sec",
+                str(READY_TIMEOUT_SEC),
                 env=self._runner_env(started),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_file,
