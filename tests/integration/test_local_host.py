@@ -8,15 +8,20 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import sysconfig
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from host_kit import run_runner
+from nobody_kit import (
+    NOBODY,
+    as_nobody,
+    nobody_directory,
+    nobody_env,
+    nobody_python,
+    unprivileged_unavailable_reason,
+)
 from runner_kit import DATASET, JOB, make_spec, publish_task
 
 from fakecontainer import eventually, namespace_processes
@@ -36,7 +41,6 @@ from rollout_runner.shim_environment import ShimEnvironment
 
 pytestmark = pytest.mark.integration
 
-NOBODY = 65534
 HOST_KIT = Path(__file__).with_name("host_kit.py")
 
 
@@ -48,64 +52,6 @@ def unavailable_reason() -> str | None:
 def requires_host_sandbox() -> pytest.MarkDecorator:
     reason = unavailable_reason()
     return pytest.mark.skipif(reason is not None, reason=reason or "")
-
-
-@functools.cache
-def unprivileged_unavailable_reason() -> str | None:
-    """Why this test process cannot try the sandbox as an unprivileged user, or None."""
-    if os.geteuid() != 0:
-        return "switching to the user nobody needs root"
-    if shutil.which("setpriv") is None:
-        return "util-linux setpriv is missing"
-    probe = subprocess.run(
-        [
-            *as_nobody(),
-            *("unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork"),
-            *("/bin/sh", "-c", "mount -t proc proc /proc"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if probe.returncode != 0:
-        return f"this kernel refuses unprivileged user namespaces: {probe.stderr.strip()}"
-    if nobody_python() is None:
-        return "no Python that the user nobody may run imports this project (and pydantic)"
-    return None
-
-
-@functools.cache
-def nobody_python() -> str | None:
-    """A Python the user nobody can run with `nobody_env()` (this one may be under /root)."""
-    for python in dict.fromkeys([sys.executable, shutil.which("python3"), "/usr/bin/python3"]):
-        if python is None:
-            continue
-        probe = subprocess.run(
-            [*as_nobody(), python, "-c", NOBODY_PYTHON_PROBE],
-            capture_output=True,
-            env=nobody_env(),
-            check=False,
-        )
-        if probe.returncode == 0:
-            return python
-    return None
-
-
-NOBODY_PYTHON_PROBE = """\
-import subprocess, sys
-import rollout.local.host, rollout_runner.main
-subprocess.run([sys.executable, "-c", ""], check=True)  # it runs the runner so
-"""
-
-
-def nobody_env() -> dict[str, str]:
-    """This environment, with this Python's packages on PYTHONPATH for another interpreter."""
-    path = [os.environ.get("PYTHONPATH", ""), sysconfig.get_paths()["purelib"]]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-
-
-def as_nobody() -> list[str]:
-    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
 @pytest.fixture
@@ -383,14 +329,8 @@ async def test_a_working_directory_the_sandbox_cannot_have_is_refused(
 
 @pytest.fixture
 def nobody_dir() -> Iterator[Path]:
-    """A directory the user nobody owns (the test's tmp_path is root's alone)."""
-    directory = Path(tempfile.mkdtemp(prefix="rollout-host-"))
-    os.chmod(directory, 0o755)
-    os.chown(directory, NOBODY, NOBODY)
-    try:
+    with nobody_directory(prefix="rollout-host-") as directory:
         yield directory
-    finally:
-        shutil.rmtree(directory)
 
 
 def run_as_nobody(base: Path, storage: DirectoryStore, spec_file: Path) -> dict[str, object]:

@@ -22,6 +22,14 @@ import docker
 import pytest
 import yaml
 from engine_kit import EngineUnderTest
+from nobody_kit import (
+    NOBODY,
+    as_nobody,
+    nobody_directory,
+    nobody_env,
+    nobody_python,
+    unprivileged_unavailable_reason,
+)
 
 from paths import DATA
 from rollout.api.images import environment_image_tag
@@ -53,6 +61,8 @@ class Workspace:
             shutil.copytree(DATA / "tasks" / task, root / "tasks" / task)
         self.name = job.pop("name", "local-test")
         self.extra_env: dict[str, str] = {}
+        self.python = [sys.executable]
+        """How the CLI's Python is started (as another user, say)."""
         self.job = {
             "name": self.name,
             "jobs_dir": "jobs",
@@ -93,7 +103,7 @@ class Workspace:
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "rollout.cli.main", "run", "job.yaml", "--local", *args],
+            [*self.python, "-m", "rollout.cli.main", "run", "job.yaml", "--local", *args],
             cwd=self.root,
             env=self.environ(),
             stdin=subprocess.DEVNULL,
@@ -323,3 +333,30 @@ def test_type_docker_builds_the_tasks_image_once_and_leaves_no_container(
         assert left == []
     finally:
         client.close()
+
+
+@pytest.mark.skipif(
+    unprivileged_unavailable_reason() is not None, reason=unprivileged_unavailable_reason() or ""
+)
+def test_without_root_a_job_runs_in_a_user_namespace_and_agent_users_are_refused() -> None:
+    with nobody_directory() as root:
+        space = Workspace(root, ["hello-offline"])
+        for path in [root, *root.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        python = nobody_python()
+        assert python is not None
+        space.python = [*as_nobody(), python]
+        space.extra_env = {"PYTHONPATH": nobody_env()["PYTHONPATH"]}
+        done = space.run()
+        assert done.returncode == 0, done.stderr
+        assert space.record("oracle", "hello-offline")["reward"] == 1.0
+        assert space.trial("oracle", "hello-offline").stat().st_uid == NOBODY
+
+        space.name = space.job["name"] = "isolated"
+        space.job["isolate_agents"] = True
+        space.write_job()
+        refused = space.run()
+        assert refused.returncode == 1
+        assert "isolate_agents: needs an agent user" in refused.stderr
+        assert "environment.type: docker" in refused.stderr
+        assert not space.job_dir.exists()

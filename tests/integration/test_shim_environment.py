@@ -15,8 +15,10 @@ from fakecontainer import (
     AGENT_UID,
     FakeContainer,
     eventually,
+    fake_container,
     requires_fake_container,
 )
+from rollout.api.wire.shim import CONTROL_DIR, shim_command
 from rollout_runner.environment import EnvironmentFailure, FileTransferError
 from rollout_runner.shim_environment import ShimEnvironment, ShimNotReady
 
@@ -358,3 +360,31 @@ def _tree(root: Path) -> dict[str, object]:
         else:
             tree[key] = (path.read_bytes(), os.access(path, os.X_OK))
     return tree
+
+
+async def test_a_shim_running_as_the_images_non_root_user_answers_requests_and_transfers(
+    tmp_path: Path,
+) -> None:
+    # An image whose USER is not root: the shim is that user; the runner (root) writes requests.
+    command = [
+        "setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups",
+        *shim_command(CONTROL_DIR),
+    ]  # fmt: skip
+    with fake_container(tmp_path, command=command) as container:
+        # The control directory is an emptyDir: writable by whoever the containers run as.
+        container.control_dir.chmod(0o777)
+        env = ShimEnvironment(container.control_dir, kill_grace_sec=GRACE_SEC)
+        await env.wait_ready(timeout_sec=20)
+        result = await env.run(
+            'id -u; echo "$SECRET"', env={"SECRET": "s3cret-value"}, timeout_sec=10
+        )
+        assert (result.exit_code, result.stdout.split()) == (
+            0,
+            [str(AGENT_UID).encode(), b"s3cret-value"],
+        )
+        source = tmp_path / "in.txt"
+        source.write_text("to the container\n")
+        await env.put_files(source, "/tmp/in.txt")
+        await env.run("cp /tmp/in.txt /tmp/out.txt", timeout_sec=10)
+        await env.get_files("/tmp/out.txt", tmp_path / "out.txt")
+        assert (tmp_path / "out.txt").read_text() == "to the container\n"

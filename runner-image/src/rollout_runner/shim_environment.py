@@ -33,6 +33,7 @@ from rollout_runner.shim_requests import (
     ShimInfo,
     cancel_unstarted,
     encode_env,
+    give_to,
     one_line,
     read_result,
     request_file_exists,
@@ -80,6 +81,7 @@ class ShimEnvironment(Environment):
         self.response_timeout_sec = response_timeout_sec
         self.transfer_timeout_sec = transfer_timeout_sec
         self.info: ShimInfo | None = None
+        self._shim_uid: int | None = None
         self._requests = control_dir / shim.REQUESTS_DIR
         self._transfers = control_dir / shim.TRANSFER_DIR
         self._sequence = itertools.count(1)
@@ -101,7 +103,10 @@ class ShimEnvironment(Environment):
                 f"this runner version {shim.PROTOCOL_VERSION}"
             )
         self.info = info
-        await asyncio.to_thread(self._restrict_control_dir, info.uid)
+        # Who the shim is on this side: the owner of the file it wrote. Its `uid` is as the
+        # environment sees it, which differs in a user namespace (the host sandbox without root).
+        self._shim_uid = (await asyncio.to_thread(ready.stat)).st_uid
+        await asyncio.to_thread(self._restrict_control_dir, self._shim_uid)
 
     def _restrict_control_dir(self, shim_uid: int | None) -> None:
         """Close the control directory to everyone but the shim's user (and the runner).
@@ -204,6 +209,7 @@ class ShimEnvironment(Environment):
         destination = shlex.quote(container_path)
         try:
             is_dir = await asyncio.to_thread(_stage, local_path, staging / "data")
+            await asyncio.to_thread(give_to, staging, self._shim_owner())
             if is_dir:
                 copy = (
                     f"mkdir -p {destination} && cp -RP {shlex.quote(source + '/.')} {destination}"
@@ -226,6 +232,7 @@ class ShimEnvironment(Environment):
         target = f"{info.control_dir}/{shim.TRANSFER_DIR}/{transfer_id}/data"
         try:
             await asyncio.to_thread(staging.mkdir, parents=True)
+            await asyncio.to_thread(give_to, staging, self._shim_owner())
             result = await self.run(
                 f"cp -RP {shlex.quote(container_path)} {shlex.quote(target)}",
                 timeout_sec=self.transfer_timeout_sec,
@@ -236,6 +243,12 @@ class ShimEnvironment(Environment):
             await asyncio.to_thread(shutil.rmtree, staging, True)
 
     # -- protocol ------------------------------------------------------------------------------
+
+    def _shim_owner(self) -> int | None:
+        """The shim's uid when it is not ours: what the runner writes for it must be the shim's
+        (an image whose USER is not root runs the shim as that user; the runner is root)."""
+        uid = self._shim_uid
+        return uid if uid is not None and uid != os.geteuid() else None
 
     def _new_id(self) -> str:
         # The sequence makes the shim take requests in submission order (it globs req/*).
@@ -248,7 +261,7 @@ class ShimEnvironment(Environment):
         secret: Mapping[str, bytes] = NO_FILES,
     ) -> Path:
         request = self._requests / self._new_id()
-        await asyncio.to_thread(write_request, request, line, files, secret)
+        await asyncio.to_thread(write_request, request, line, files, secret, self._shim_owner())
         log.debug("shim request %s: %s", request.name, line.split()[0])
         return request
 

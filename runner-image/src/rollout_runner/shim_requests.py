@@ -78,10 +78,16 @@ def request_file_exists(path: Path) -> bool:
 
 
 def write_request(
-    request: Path, line: str, files: Mapping[str, bytes], secret: Mapping[str, bytes]
+    request: Path,
+    line: str,
+    files: Mapping[str, bytes],
+    secret: Mapping[str, bytes],
+    owner: int | None = None,
 ) -> None:
     """Write request `request` for the shim: its files, its secret files (mode 0600), and last
-    its `go` file, by rename, so that the shim never sees half a request."""
+    its `go` file, by rename, so that the shim never sees half a request. With `owner` (the
+    shim's uid, when not the runner's), the request is given to it first: the shim reads the
+    secret files and writes its answer into the request's directory."""
     request.mkdir(parents=True)
     for name, data in files.items():
         (request / name).write_bytes(data)
@@ -89,9 +95,20 @@ def write_request(
         fd = os.open(request / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as stream:
             stream.write(data)
+    give_to(request, owner)
     (request / shim.GO_TEMP_FILE).write_text(line + "\n", encoding="utf-8")
     # The rename is what the shim waits for: the request is complete once `go` exists.
     os.rename(request / shim.GO_TEMP_FILE, request / shim.GO_FILE)
+
+
+def give_to(tree: Path, owner: int | None) -> None:
+    """Make `owner` (a uid; None: nobody else) the owner of `tree` and everything in it."""
+    if owner is None:
+        return
+    for directory, _, names in os.walk(tree):
+        os.chown(directory, owner, -1, follow_symlinks=False)
+        for name in names:
+            os.chown(os.path.join(directory, name), owner, -1, follow_symlinks=False)
 
 
 def cancel_unstarted(request: Path) -> bool:
