@@ -114,3 +114,24 @@ def test_rolloutjob_is_what_the_cli_makes_of_job_yaml() -> None:
     assert [(d.name, d.digest) for d in written.spec.datasets] == [
         (d.name, d.digest) for d in translated.spec.datasets
     ]
+
+
+LOCAL_JOB_FILE = EXAMPLES / "local-job.yaml"
+
+
+def test_the_local_job_passes_validate_local_and_a_cluster_refuses_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["validate", "--local", str(LOCAL_JOB_FILE)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"ok {LOCAL_JOB_FILE} (job)"]
+    assert main(["validate", str(LOCAL_JOB_FILE)]) == 1
+    said = capsys.readouterr()
+    assert "environment.type: is 'local'" in said.out + said.err
+    assert "never on a cluster" in said.out + said.err
+
+
+def test_the_local_job_is_the_oracle_and_a_scripted_agent_in_the_host_sandbox() -> None:
+    job = load_job(LOCAL_JOB_FILE)
+    assert [agent.name for agent in job.agents] == ["oracle", "scripted"]
+    assert job.environment.type == "local"
+    assert [Path(d.path or "") for d in job.datasets] == [DATASET]

@@ -44,7 +44,7 @@ from rollout.api.wire.spec import (
     try_text,
 )
 from rollout.local.environments import Sandboxes
-from rollout.local.sandbox import Sandbox, SandboxStartFailed
+from rollout.local.sandbox import Sandbox, SandboxStartFailed, SandboxUnavailable
 from rollout.storage import ENV_DIR, ENV_JOBS_DIR, DirectoryStore, StorageError
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,12 @@ class TrialRun:
             except SandboxStartFailed as err:
                 return await self._write_record(
                     TrialError(type=err.error_type, message=err.message),
+                    started=started,
+                    in_setup=True,
+                )
+            except SandboxUnavailable as err:  # the engine went away during the job
+                return await self._write_record(
+                    TrialError(type=ErrorType.ENVIRONMENT_START_FAILED, message=str(err)),
                     started=started,
                     in_setup=True,
                 )
