@@ -34,6 +34,7 @@ only the host's root may read (/etc/shadow) are unreadable inside. Run as root, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import select
@@ -296,8 +297,10 @@ class HostSandbox(Sandbox):
                 self._open_pid_1()
             if self._pidfd is not None:
                 # PID 1's end ends the pid namespace: the kernel kills every process in it and
-                # waits for them before unshare, its parent, gets PID 1's exit status.
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                # waits for them before unshare, its parent, gets PID 1's exit status. PID 1
+                # may have exited already (the runner told the shim to): nothing left to kill.
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             else:
                 self.process.kill()  # no PID 1 yet: nothing else to kill
         self.process.wait(STOP_TIMEOUT_SEC)
