@@ -43,7 +43,13 @@ DATASET = "hello-set"
 
 
 def make_task(
-    root: Path, name: str, *, image: str | None = TASK_IMAGE, toml: str = "", solution: bool = True
+    root: Path,
+    name: str,
+    *,
+    image: str | None = TASK_IMAGE,
+    toml: str = "",
+    solution: bool = True,
+    dockerfile: str = "FROM busybox\n",
 ) -> Path:
     """A minimal valid task directory under `root` (with the oracle's solution/solve.sh)."""
     task = root / name
@@ -54,7 +60,7 @@ def make_task(
         (task / "solution" / "solve.sh").write_text("#!/bin/sh\necho solved\n")
     (task / "instruction.md").write_text(f"Do {name}.\n")
     (task / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
-    (task / "environment" / "Dockerfile").write_text("FROM busybox\n")
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
     image_line = f'docker_image = "{image}"\n' if image else ""
     (task / "task.toml").write_text(
         f'version = "1.0"\n[agent]\ntimeout_sec = 120\n[environment]\n{image_line}{toml}'

@@ -165,11 +165,14 @@ async def test_a_task_that_needs_an_image_build_is_the_same_warning_in_validate_
 ) -> None:
     toml = workspace.root / "alpha" / "count" / "task.toml"
     toml.write_text("[agent]\ntimeout_sec = 60.0\n")
+    dockerfile = workspace.root / "alpha" / "count" / "environment" / "Dockerfile"
+    dockerfile.write_text("FROM debian:bookworm-slim\nRUN apt-get install -y git\n")
     job = workspace.job_file()
     message = (
         f"{toml}: environment.docker_image: its trials will fail with environment_build_failed: "
         "In-cluster image builds are not supported yet: task 'count' has no "
-        "environment.docker_image, so its environment/Dockerfile would be built. Set "
+        "environment.docker_image and its environment/Dockerfile needs a build (one of only "
+        "FROM, WORKDIR, ENV and LABEL would run its FROM image as it is). Set "
         "environment.docker_image in the task's task.toml to a pre-built image."
     )
     checked = await cli.run(capsys, "validate", str(job))

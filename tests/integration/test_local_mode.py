@@ -316,9 +316,10 @@ def test_type_docker_builds_the_tasks_image_once_and_leaves_no_container(
     )
     space.extra_env = {"DOCKER_HOST": test_engine.environ["DOCKER_HOST"]}
     environment = space.root / "tasks" / "hello-offline" / "environment"
-    # New content (a tag no other run built), FROM the engine's small test image.
+    # New content (a tag no other run built), FROM the engine's small test image; RUN makes it
+    # need a build (a Dockerfile of only FROM and WORKDIR would run its FROM image as it is).
     (environment / "Dockerfile").write_text(
-        f"FROM {test_engine.image}\nWORKDIR /app\nLABEL run={os.getpid()}-{time.time_ns()}\n"
+        f"FROM {test_engine.image}\nWORKDIR /app\nRUN echo {os.getpid()}-{time.time_ns()}\n"
     )
     tag = environment_image_tag(environment)
     test_engine.built.append(tag)
@@ -360,3 +361,20 @@ def test_without_root_a_job_runs_in_a_user_namespace_and_agent_users_are_refused
         assert "isolate_agents: needs an agent user" in refused.stderr
         assert "environment.type: docker" in refused.stderr
         assert not space.job_dir.exists()
+
+
+def test_a_dockerfiles_workdir_and_env_apply_to_a_task_without_a_docker_image(
+    tmp_path: Path,
+) -> None:
+    agent = {
+        "name": "looker",
+        "execute": 'echo "$GREETING $(pwd)" > /logs/agent/seen.txt; '
+        "echo 'Hello, world!' > /app/hello.txt",
+    }
+    space = Workspace(tmp_path, ["hello-offline"], agents=[agent])
+    dockerfile = space.root / "tasks" / "hello-offline" / "environment" / "Dockerfile"
+    dockerfile.write_text("FROM debian:bookworm-slim\nWORKDIR /work\nENV GREETING=hello\n")
+    done = space.run()
+    assert done.returncode == 0, done.stderr
+    seen = space.trial("looker", "hello-offline") / "logs" / "agent" / "seen.txt"
+    assert seen.read_text().strip() == "hello /work"

@@ -314,11 +314,32 @@ async def test_a_pod_deleted_under_a_running_trial_is_replaced_and_the_trial_fin
     assert job["status"]["passRate"] == 1.0
 
 
+async def test_a_dockerfile_of_only_settings_runs_its_from_image_in_the_pod(
+    kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    config = operator_config(s3_settings)
+    dockerfile = "FROM busybox:1.36\nWORKDIR /work\nENV GREETING=hello\n"
+    lifted = publish(
+        store,
+        make_dataset(tmp_path / "lifted" / "one", ["only"], image=None, dockerfile=dockerfile),
+    )
+    async with kube.operator(memo=operator_memo(kube, config)):
+        await kube.create(ROLLOUT_JOBS, job_manifest("lifted", [lifted]))
+        pod = await kube.wait_for(lambda: kube.find(PODS, trial_name("lifted")), what="a Pod")
+    environment = next(c for c in pod["spec"]["containers"] if c["name"] == "environment")
+    assert environment["image"] == "busybox:1.36"
+    assert environment["workingDir"] == "/work"
+
+
 async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
     kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
-    no_image = publish(store, make_dataset(tmp_path / "plain" / "one", ["only"], image=None))
+    needs_build = "FROM busybox\nRUN echo built > /built\n"
+    no_image = publish(
+        store,
+        make_dataset(tmp_path / "plain" / "one", ["only"], image=None, dockerfile=needs_build),
+    )
     async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job_manifest("unbuilt", [no_image]))
         forced = publish(store, make_dataset(tmp_path / "forced" / "one", ["only"]))

@@ -558,3 +558,45 @@ def test_a_broken_dataset_toml(tmp_path: Path) -> None:
     assert [(p.file, p.field) for p in caught.value.problems] == [
         (str(tmp_path / "dataset.toml"), "name")
     ]
+
+
+# --- Dockerfile lifts (seed 004) --------------------------------------------------------------
+
+
+def test_a_dockerfile_of_only_settings_lifts_into_the_tasks_config() -> None:
+    config = load_task(HARBOR / "hello-world").config.environment
+    assert (config.docker_image, config.workdir) == ("ubuntu:24.04", "/app")
+
+
+def test_task_toml_wins_over_what_the_dockerfile_sets(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM alpine:3.20\nWORKDIR /srv\nENV A=from-dockerfile B=kept\n"
+    )
+    (task / "task.toml").write_text(
+        '[environment]\nworkdir = "/mine"\n[environment.env]\nA = "from-task"\n'
+    )
+    config = load_task(task).config.environment
+    assert (config.docker_image, config.workdir) == ("alpine:3.20", "/mine")
+    assert config.env == {"A": "from-task", "B": "kept"}
+    # A task that names its image never reads its Dockerfile.
+    (task / "task.toml").write_text('[environment]\ndocker_image = "mine:1"\n')
+    (task / "environment" / "Dockerfile").write_text("not a dockerfile at all\n")
+    assert load_task(task).config.environment.docker_image == "mine:1"
+
+
+def test_a_dockerfile_that_needs_a_build_lifts_nothing(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    (task / "environment" / "Dockerfile").write_text("FROM alpine:3.20\nRUN apk add git\n")
+    config = load_task(task).config.environment
+    assert (config.docker_image, config.workdir) == (None, None)
+
+
+def test_a_dockerfile_docker_would_refuse_makes_the_task_invalid(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    (task / "environment" / "Dockerfile").write_text("ARG BASE\nFROM $BASE\n")
+    with pytest.raises(InvalidInput) as caught:
+        load_task(task)
+    assert caught.value.error_type is ErrorType.TASK_INVALID
+    assert "is not a valid Dockerfile" in str(caught.value)
+    assert "an ARG with no default before FROM" in str(caught.value)

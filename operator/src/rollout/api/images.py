@@ -39,7 +39,10 @@ def image_build_message(task_name: str, task: TaskConfig, *, force_build: bool) 
         why = "needs a build because the job sets environment.force_build"
         and_force = ", and unset force_build in the job"
     else:
-        why = "has no environment.docker_image, so its environment/Dockerfile would be built"
+        why = (
+            "has no environment.docker_image and its environment/Dockerfile needs a build (one "
+            "of only FROM, WORKDIR, ENV and LABEL would run its FROM image as it is)"
+        )
         and_force = ""
     return BUILD_UNSUPPORTED.format(task=task_name, why=why, and_force=and_force)
 

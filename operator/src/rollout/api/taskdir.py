@@ -23,12 +23,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from rollout.api.archive import link_escapes
+from rollout.api.dockerfile import DockerfileError, lift
 from rollout.api.errors import ErrorType, InvalidInput, Problem
 from rollout.api.task import TaskConfig, load_task_config
 
 INSTRUCTION = "instruction.md"
 TASK_TOML = "task.toml"
 ENVIRONMENT = "environment"
+DOCKERFILE = "Dockerfile"
 TEST_SCRIPT = "tests/test.sh"
 SOLUTION_SCRIPT = "solution/solve.sh"
 ROOT_SOLUTION_SCRIPT = "solve.sh"
@@ -66,7 +68,7 @@ class Task:
 
     @property
     def dockerfile(self) -> Path:
-        return self.path / ENVIRONMENT / "Dockerfile"
+        return self.path / ENVIRONMENT / DOCKERFILE
 
 
 def load_task(path: str | Path, *, name: str | None = None) -> Task:
@@ -91,6 +93,8 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
     instruction = _read_instruction(path / INSTRUCTION, problems)
     config = _read_config(path / TASK_TOML, problems)
     _expect(path / ENVIRONMENT, "dir", problems, "holds the environment definition (Dockerfile)")
+    if config is not None:
+        config = _lifted(config, path / ENVIRONMENT / DOCKERFILE, problems)
     _expect(path / "tests", "dir", problems, "holds tests/test.sh, which the verifier runs")
     if (path / "tests").is_dir():
         _expect(path / TEST_SCRIPT, "file", problems, "the verifier runs it")
@@ -213,6 +217,33 @@ def _read_instruction(path: Path, problems: list[Problem]) -> str | None:
         problems.append(Problem(str(path), None, "is empty: the agent would get no instruction"))
         return None
     return text
+
+
+def _lifted(config: TaskConfig, dockerfile: Path, problems: list[Problem]) -> TaskConfig:
+    """task.toml's config with what its Dockerfile sets, when the Dockerfile needs no build
+    (`rollout.api.dockerfile`): its FROM image as docker_image, its WORKDIR as workdir and its ENV
+    under [environment.env]; task.toml's own values win. A task with a docker_image never reads
+    its Dockerfile; one without needs it, so a Dockerfile Docker would refuse is the task's
+    problem."""
+    environment = config.environment
+    if environment.docker_image or not dockerfile.is_file():
+        return config  # a missing Dockerfile: its trials fail as images that need a build
+    try:
+        lifted = lift(dockerfile.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        problems.append(Problem(str(dockerfile), None, f"cannot be read: {err}"))
+        return config
+    except DockerfileError as err:
+        problems.append(Problem(str(dockerfile), None, f"is not a valid Dockerfile: {err}"))
+        return config
+    if isinstance(lifted, str):
+        return config  # it needs a build
+    update = {
+        "docker_image": lifted.image,
+        "workdir": environment.workdir or lifted.workdir,
+        "env": {**lifted.env, **environment.env},
+    }
+    return config.model_copy(update={"environment": environment.model_copy(update=update)})
 
 
 def _read_config(path: Path, problems: list[Problem]) -> TaskConfig | None:

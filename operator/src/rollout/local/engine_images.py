@@ -31,11 +31,11 @@ import docker.errors
 from rollout.api.errors import ErrorType
 from rollout.api.images import environment_image_tag
 from rollout.api.task import EnvironmentConfig
+from rollout.api.taskdir import DOCKERFILE
 from rollout.local.sandbox import SandboxStartFailed
 
 log = logging.getLogger(__name__)
 
-DOCKERFILE = "Dockerfile"
 BUILD_LOG_TAIL_LINES = 30
 """How much of a failed build's output its error message keeps (its end: where it failed)."""
 
