@@ -101,13 +101,11 @@ class TrialRun:
         sandboxes: Sandboxes,
         *,
         environ: Mapping[str, str],
-        keep_work: bool = False,
     ) -> None:
         self.trial = trial
         self.places = places
         self.sandboxes = sandboxes
         self.environ = environ
-        self.keep_work = keep_work
         self._process: asyncio.subprocess.Process | None = None
         self._stopping = False
         self.kept: str | None = None
@@ -157,7 +155,7 @@ class TrialRun:
                 await sandbox.close(keep=keep)
                 if keep:
                     self.kept = sandbox.describe()
-            if not keep and not self.keep_work:
+            if not keep:
                 await asyncio.to_thread(shutil.rmtree, base, ignore_errors=True)
 
     async def _run_runner(self, sandbox: Sandbox, base: Path, started: datetime) -> TrialResult:
