@@ -80,7 +80,7 @@ def container_exists(engine: Engine, container_id: str) -> bool:
 async def test_a_sandbox_runs_the_shim_whose_commands_write_the_host_logs_dir(
     engine: Engine, test_engine: EngineUnderTest, tmp_path: Path
 ) -> None:
-    image = await engine.ensure_image(
+    image = await engine.images.ensure(
         tmp_path, EnvironmentConfig(docker_image=test_engine.image), force_build=False
     )
     sandbox = await engine.start(make_spec(), image, work_dir=tmp_path)
@@ -135,8 +135,8 @@ async def test_a_dockerfile_is_built_once_for_the_sandboxes_that_share_it(
     environment = EnvironmentConfig()
 
     first, second = await asyncio.gather(
-        engine.ensure_image(task, environment, force_build=False),
-        engine.ensure_image(task, environment, force_build=False),
+        engine.images.ensure(task, environment, force_build=False),
+        engine.images.ensure(task, environment, force_build=False),
     )
 
     test_engine.built.append(first)
@@ -157,12 +157,12 @@ async def test_a_dockerfile_is_built_once_for_the_sandboxes_that_share_it(
 
     # Another job finds the tag on the engine and builds nothing; force_build builds once.
     again = Engine(engine.client)
-    assert await again.ensure_image(task, environment, force_build=False) == first
+    assert await again.images.ensure(task, environment, force_build=False) == first
     assert builds() == [first]
     forced = Engine(engine.client)
     await asyncio.gather(
-        forced.ensure_image(task, environment, force_build=True),
-        forced.ensure_image(task, environment, force_build=True),
+        forced.images.ensure(task, environment, force_build=True),
+        forced.images.ensure(task, environment, force_build=True),
     )
     assert builds() == [first, first]
 
@@ -193,13 +193,13 @@ async def test_a_failing_dockerfile_is_a_build_failure_with_the_builds_output(
     )
 
     with pytest.raises(SandboxStartFailed) as caught:
-        await engine.ensure_image(task, EnvironmentConfig(), force_build=False)
+        await engine.images.ensure(task, EnvironmentConfig(), force_build=False)
 
     assert caught.value.error_type == ErrorType.ENVIRONMENT_BUILD_FAILED
     assert "about-to-fail" in caught.value.message
     # The next trial of the task gets the same error without another build.
     with pytest.raises(SandboxStartFailed) as again:
-        await engine.ensure_image(task, EnvironmentConfig(), force_build=False)
+        await engine.images.ensure(task, EnvironmentConfig(), force_build=False)
     assert again.value is caught.value
 
 
@@ -209,7 +209,7 @@ async def test_an_image_that_cannot_be_pulled_is_a_pull_failure(
     image = "127.0.0.1:9/rollout/no-such-image:1"  # the discard port: nothing answers
 
     with pytest.raises(SandboxStartFailed) as caught:
-        await engine.ensure_image(
+        await engine.images.ensure(
             tmp_path, EnvironmentConfig(docker_image=image), force_build=False
         )
 
@@ -235,7 +235,7 @@ async def test_a_shim_running_as_the_images_non_root_user_gets_ready(
     task = make_task(
         tmp_path / "task", f"FROM {test_engine.image}\n# {secrets.token_hex(8)}\nUSER 1000:1000\n"
     )
-    image = await engine.ensure_image(task, EnvironmentConfig(), force_build=False)
+    image = await engine.images.ensure(task, EnvironmentConfig(), force_build=False)
     test_engine.built.append(image)
     sandbox = await engine.start(make_spec(), image, work_dir=tmp_path)
     try:

@@ -36,11 +36,10 @@ from rollout.api.images import environment_image_tag
 from rollout.api.names import LABEL_JOB
 from rollout.local.host import host_sandbox_unavailable
 
+NO_HOST_SANDBOX = host_sandbox_unavailable()
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        host_sandbox_unavailable() is not None, reason=str(host_sandbox_unavailable())
-    ),
+    pytest.mark.skipif(NO_HOST_SANDBOX is not None, reason=NO_HOST_SANDBOX or ""),
 ]
 
 SECRET = "sk-local-7f3a9c1e-never-on-disk"

@@ -17,11 +17,10 @@ import pytest
 from paths import REPO
 from rollout.local.host import host_sandbox_unavailable
 
+NO_HOST_SANDBOX = host_sandbox_unavailable()
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        host_sandbox_unavailable() is not None, reason=str(host_sandbox_unavailable())
-    ),
+    pytest.mark.skipif(NO_HOST_SANDBOX is not None, reason=NO_HOST_SANDBOX or ""),
 ]
 
 COPY_IGNORED = shutil.ignore_patterns(

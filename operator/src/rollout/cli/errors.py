@@ -12,6 +12,7 @@ Exit codes (the same for every command):
 from __future__ import annotations
 
 import os
+import sys
 from enum import IntEnum
 
 
@@ -48,3 +49,8 @@ def os_error_message(err: OSError) -> str:
     if err.filename2 is not None:
         where += f" -> {os.fsdecode(err.filename2)}"
     return f"{where}: {reason}"
+
+
+def note(message: str) -> None:
+    """Say something to the user on stderr, at once (stdout is for results)."""
+    print(message, file=sys.stderr, flush=True)

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import os
 import signal
-import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,14 +34,21 @@ from rollout.api.layout import local_job_dir
 from rollout.api.plan import JobPlan, ResolvedDataset, plan_job, resolved_tasks
 from rollout.api.resources import JobPhase
 from rollout.api.taskdir import Task
-from rollout.cli.errors import ExitCode, Problems
-from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
+from rollout.cli.errors import ExitCode, Problems, note
+from rollout.cli.prepare import (
+    PreparedJob,
+    build_resources,
+    cache_dir,
+    prepare_job,
+    strict_refusal,
+    unrunnable_heading,
+)
 from rollout.cli.progress import JobView, ProgressDisplay, make_console
 from rollout.cli.publish import publish_datasets
 from rollout.cli.summary import load_summary, print_summary
 from rollout.local.environments import sandboxes, unavailable_reason
 from rollout.local.job import JobRun, LocalJob, Progress, resolved_secrets
-from rollout.local.trial import TrialPlaces
+from rollout.storage import DirectoryStore
 
 STOPPED = "Stopped"
 """The phase shown for a local job stopped with Ctrl-C (a cluster job would still be running)."""
@@ -51,23 +57,18 @@ LOCAL_NAMESPACE = "local"
 """The namespace of the RolloutJob a local job is modelled as (nothing is created anywhere)."""
 
 
-def note(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     prepared, jobs_dir = _check_everything(args, environ)
     job = prepared.job
     for problem in prepared.warnings:
         note(f"warning: {problem}")
     if unrunnable := prepared.task_problems():
-        note(f"warning: {len(unrunnable)} task(s) cannot run; their trials fail without starting:")
+        note(unrunnable_heading(len(unrunnable)))
         for problem in unrunnable:
             note(f"  {problem}")
 
-    places = TrialPlaces(store_root=_store_root(environ), jobs_dir=jobs_dir)
-    places.jobs_dir.mkdir(parents=True, exist_ok=True)
-    store = places.store()
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    store = DirectoryStore(_store_root(environ), jobs_dir=jobs_dir)
     for report in publish_datasets(store, prepared.datasets):
         if report.archives_uploaded:
             note(report.describe(store))
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         local_job = LocalJob(
             rollout_job,
             plan,
-            places,
+            store,
             sandboxes(
                 job.environment.type,
                 environ,
@@ -162,9 +163,7 @@ def _check_everything(
         problems += [str(p) for p in err.problems]
     if args.strict and prepared is not None and (unrunnable := prepared.task_problems()):
         problems += [str(p) for p in unrunnable]
-        problems.append(
-            f"--strict: the job is refused because {len(unrunnable)} task(s) cannot run"
-        )
+        problems.append(strict_refusal(len(unrunnable)))
     jobs_dir: Path = args.jobs_dir or Path(prepared.job.jobs_dir if prepared else "jobs")
     if prepared is not None:
         if reason := unavailable_reason(prepared.job.environment.type, environ):

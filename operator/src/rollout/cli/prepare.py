@@ -144,6 +144,26 @@ def task_problems(
     return problems
 
 
+def _tasks(count: int) -> str:
+    return "1 task" if count == 1 else f"{count} tasks"
+
+
+def unrunnable_heading(count: int) -> str:
+    """What `rollout run` says above the tasks that cannot run, before the job starts."""
+    return (
+        f"warning: {_tasks(count)} cannot run; the trials below fail with these errors, "
+        "without starting, and the other trials run (--strict refuses such a job):"
+    )
+
+
+def strict_refusal(count: int) -> str:
+    """Why `rollout run --strict` refuses a job with tasks that cannot run."""
+    return (
+        f"--strict: the job is refused because {_tasks(count)} cannot run (above); without "
+        "--strict, their trials fail with those errors and the other trials run"
+    )
+
+
 def cache_dir(environ: Mapping[str, str]) -> Path:
     """Where registry datasets are fetched: $ROLLOUT_CACHE_DIR, else $XDG_CACHE_HOME/rollout,
     else ~/.cache/rollout."""

@@ -30,7 +30,6 @@ running in the cluster; the message says how to follow, download or cancel it).
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +41,15 @@ from rollout.api.layout import job_config_key, job_prefix, job_result_key, local
 from rollout.api.resources import RolloutJob
 from rollout.cli import config, kube, local_run
 from rollout.cli.download import download_results
-from rollout.cli.errors import CliError, ExitCode, Problems
-from rollout.cli.prepare import PreparedJob, build_resources, cache_dir, prepare_job
+from rollout.cli.errors import CliError, ExitCode, Problems, note
+from rollout.cli.prepare import (
+    PreparedJob,
+    build_resources,
+    cache_dir,
+    prepare_job,
+    strict_refusal,
+    unrunnable_heading,
+)
 from rollout.cli.progress import (
     JobView,
     ProgressDisplay,
@@ -137,10 +143,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(handler=run)
 
 
-def note(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if args.local:
         return local_run.run(args, environ)
@@ -165,7 +167,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if warning := settings.loopback_warning():
         note(f"warning: {warning}")
     if unrunnable := prepared.task_problems():
-        note(_unrunnable_heading(len(unrunnable)))
+        note(unrunnable_heading(len(unrunnable)))
         for problem in unrunnable:
             note(f"  {problem}")
 
@@ -208,23 +210,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return ExitCode.INTERRUPTED
 
 
-STRICT_REFUSAL = (
-    "--strict: the job is refused because {count} cannot run (above); without --strict, "
-    "their trials fail with those errors and the other trials run"
-)
-
-
-def _tasks(count: int) -> str:
-    return "1 task" if count == 1 else f"{count} tasks"
-
-
-def _unrunnable_heading(count: int) -> str:
-    return (
-        f"warning: {_tasks(count)} cannot run; the trials below fail with these errors, "
-        "without starting, and the other trials run (--strict refuses such a job):"
-    )
-
-
 QUICKSTART_HINT = (
     "no cluster or object storage to run on yet? examples/quickstart.sh makes both on this "
     "machine (a kind cluster with the operator, and MinIO): see the README's Quickstart"
@@ -262,7 +247,7 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
         problems += [str(p) for p in err.problems]
     if args.strict and prepared is not None and (unrunnable := prepared.task_problems()):
         problems += [str(p) for p in unrunnable]
-        problems.append(STRICT_REFUSAL.format(count=_tasks(len(unrunnable))))
+        problems.append(strict_refusal(len(unrunnable)))
     jobs_dir: Path = args.jobs_dir or Path(prepared.job.jobs_dir if prepared else "jobs")
     if prepared is not None:
         local_dir = local_job_dir(jobs_dir, prepared.job.name)

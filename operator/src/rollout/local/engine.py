@@ -45,7 +45,6 @@ from rollout.api.errors import ErrorType
 from rollout.api.names import GROUP
 from rollout.api.quantity import parse_quantity
 from rollout.api.resources import RolloutTrialSpec
-from rollout.api.task import EnvironmentConfig
 from rollout.api.trials import TrialKey, trial_labels, trial_resource_name
 from rollout.api.wire.shim import CONTROL_DIR, shim_command
 from rollout.local.engine_images import ImageCache, engine_error_text
@@ -172,24 +171,10 @@ class Engine:
         """`connect_engine` in a thread; raises SandboxUnavailable."""
         return cls(await asyncio.to_thread(connect_engine, environ))
 
-    async def ensure_image(
-        self,
-        task_dir: Path,
-        environment: EnvironmentConfig,
-        *,
-        force_build: bool,
-        build_timeout_sec: float | None = None,
-    ) -> str:
-        """The image for a trial of the task in `task_dir`, pulled or built once per job
-        (`ImageCache.ensure`); raises SandboxStartFailed."""
-        return await self.images.ensure(
-            task_dir, environment, force_build=force_build, build_timeout_sec=build_timeout_sec
-        )
-
     async def start(
         self, spec: RolloutTrialSpec, image: str, *, work_dir: Path | None = None
     ) -> EngineSandbox:
-        """Start the trial's container from `image` (see `ensure_image`), with the shim as its
+        """Start the trial's container from `image` (see `images.ensure`), with the shim as its
         first process; the runner then waits for the shim's ready file in `paths.control_dir`.
 
         The sandbox's directories go in a new 0700 directory under `work_dir` (the system's

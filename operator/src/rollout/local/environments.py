@@ -77,7 +77,7 @@ class EngineSandboxes(Sandboxes):
         task_dir = self.task_dirs.get(planned.task.content_hash or "")
         if task_dir is None:  # a broken task never gets here: it has no trials to run
             raise SandboxStartFailed(f"task {planned.task.name!r} has no directory to build from")
-        image = await engine.ensure_image(
+        image = await engine.images.ensure(
             task_dir,
             planned.task.config.environment,
             force_build=self.force_build,

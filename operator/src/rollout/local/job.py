@@ -17,7 +17,6 @@ failed with one of the error types the user names. The files of the try it repla
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 from collections.abc import Callable, Collection, Mapping
@@ -33,14 +32,14 @@ from rollout.api.layout import (
     RETRIES_DIR,
     job_config_key,
     job_result_key,
-    local_trial_dir,
 )
 from rollout.api.plan import JobPlan, PlannedTrial
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import JobResult, TrialResult
 from rollout.api.trial_spec import task_error, trial_spec
 from rollout.local.environments import Sandboxes
-from rollout.local.trial import LocalTrial, TrialPlaces, TrialRun
+from rollout.local.trial import LocalTrial, TrialRun, trial_files
+from rollout.storage import DirectoryStore
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ class LocalJob:
         self,
         job: RolloutJob,
         plan: JobPlan,
-        places: TrialPlaces,
+        store: DirectoryStore,
         sandboxes: Sandboxes,
         *,
         secrets: Mapping[str, Mapping[str, str]],
@@ -105,7 +104,6 @@ class LocalJob:
     ) -> None:
         self.job = job
         self.plan = plan
-        self.places = places
         self.sandboxes = sandboxes
         self.secrets = secrets
         self.environ = environ
@@ -113,7 +111,7 @@ class LocalJob:
         self.resume = resume
         self.retry_errors = frozenset(retry_errors)
         self.on_progress = on_progress
-        self.store = places.store()
+        self.store = store
         self._records: dict[str, TrialResult] = {}
         self._running: set[TrialRun] = set()
         self._stopping = False
@@ -180,10 +178,7 @@ class LocalJob:
         return tries
 
     def _trial_dir(self, planned: PlannedTrial) -> Path:
-        key = planned.key
-        return local_trial_dir(
-            self.places.jobs_dir, self.name, key.agent, key.dataset, key.task, key.attempt
-        )
+        return self.store.path(trial_files(self.store, self.name, planned.key).rstrip("/"))
 
     # --- trials -----------------------------------------------------------------------------
 
@@ -194,7 +189,7 @@ class LocalJob:
         trial = LocalTrial(
             planned, spec, self.secrets.get(planned.key.agent, {}), try_number=try_number
         )
-        run = TrialRun(trial, self.places, self.sandboxes, environ=self.environ)
+        run = TrialRun(trial, self.store, self.sandboxes, environ=self.environ)
         if (error := task_error(planned)) is not None:
             if not self._stopping:
                 self._finished(planned, await run.record_unrunnable(error))
@@ -288,10 +283,7 @@ def resolved_secrets(
     job: RolloutJob, values: Mapping[str, Mapping[str, str]]
 ) -> dict[str, dict[str, str]]:
     """Each agent's `${VAR}` env values by variable name, as its runner gets them."""
-    secrets: dict[str, dict[str, str]] = {}
-    for agent in job.spec.agents:
-        for var in agent.env:
-            if var.value_from is not None:
-                with contextlib.suppress(KeyError):
-                    secrets.setdefault(agent.name, {})[var.name] = values[agent.name][var.name]
-    return secrets
+    return {
+        agent.name: {var.name: values[agent.name][var.name] for var in agent.env if var.value_from}
+        for agent in job.spec.agents
+    }

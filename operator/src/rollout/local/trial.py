@@ -34,6 +34,7 @@ from rollout.api.plan import PlannedTrial
 from rollout.api.records import failed_result, record_error_text
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialError, TrialResult
+from rollout.api.trials import TrialKey
 from rollout.api.wire.spec import (
     POD_CREATED_ENV_VAR,
     SPEC_ENV_VAR,
@@ -80,15 +81,9 @@ class LocalTrial:
     try_number: int = 1
 
 
-@dataclass(frozen=True)
-class TrialPlaces:
-    """The local store's directories: task archives under `store_root`, jobs in `jobs_dir`."""
-
-    store_root: Path
-    jobs_dir: Path
-
-    def store(self) -> DirectoryStore:
-        return DirectoryStore(self.store_root, jobs_dir=self.jobs_dir)
+def trial_files(store: DirectoryStore, job_name: str, key: TrialKey) -> str:
+    """The key prefix of a trial's files in the local store (`<trial>/`, a directory there)."""
+    return trial_prefix(store.prefix, job_name, key.agent, key.dataset, key.task, key.attempt)
 
 
 class TrialRun:
@@ -97,13 +92,14 @@ class TrialRun:
     def __init__(
         self,
         trial: LocalTrial,
-        places: TrialPlaces,
+        store: DirectoryStore,
         sandboxes: Sandboxes,
         *,
         environ: Mapping[str, str],
     ) -> None:
         self.trial = trial
-        self.places = places
+        self.store = store
+        self.prefix = trial_files(store, trial.spec.job_name, trial.planned.key)
         self.sandboxes = sandboxes
         self.environ = environ
         self._process: asyncio.subprocess.Process | None = None
@@ -218,24 +214,16 @@ class TrialRun:
         env[SPEC_ENV_VAR] = trial_spec_json(self.trial.spec)
         env[POD_CREATED_ENV_VAR] = pod_created_at_text(started)
         env[TRY_ENV_VAR] = try_text(self.trial.try_number)
-        env[ENV_DIR] = str(self.places.store_root)
-        env[ENV_JOBS_DIR] = str(self.places.jobs_dir)
+        env[ENV_DIR] = str(self.store.root)
+        if self.store.jobs_root is not None:
+            env[ENV_JOBS_DIR] = str(self.store.jobs_root)
         env.update((agent_env_var_name(k), v) for k, v in self.trial.secrets.items())
         return env
 
-    def _result_key(self) -> str:
-        return self._trial_prefix() + RESULT_JSON
-
-    def _trial_prefix(self) -> str:
-        key = self.trial.planned.key
-        job = self.trial.spec.job_name
-        return trial_prefix("", job, key.agent, key.dataset, key.task, key.attempt)
-
     def _read_record(self) -> TrialResult | None:
         """The trial's result.json, or None when there is none (or it is not a record)."""
-        store = self.places.store()
         try:
-            return TrialResult.from_json(store.get_bytes(self._result_key()))
+            return TrialResult.from_json(self.store.get_bytes(self.prefix + RESULT_JSON))
         except (StorageError, InvalidInput):
             return None
 
@@ -260,8 +248,7 @@ class TrialRun:
         text = record_error_text(
             self.trial.spec.job_name, key, error, notes=notes or [], written_by=WRITTEN_LOCALLY
         )
-        store = self.places.store()
-        prefix = self._trial_prefix()
+        store, prefix = self.store, self.prefix
 
         def write() -> None:
             store.put_bytes(prefix + ERROR_TXT, text.encode(), "text/plain")
