@@ -13,7 +13,7 @@ import yaml
 from cli_kit import Cli, Workspace, s3_client, versions_by_key
 from s3_kit import S3Settings
 
-from rollout.api.taskdir import task_content_hash
+from rollout.api.taskdir import environment_hash, task_content_hash
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +49,21 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
         task_content_hash(workspace.root / "beta-repo" / "tasks" / "sort")
     }
     assert set(store.list_keys("tasks/")) == {f"tasks/{h}.tar.gz" for h in hashes}
+    # Each task's environment/ alone too, the context of an image build: one per distinct
+    # environment (alpha's two tasks share theirs), named by its own content hash.
+    environments = {
+        environment_hash(workspace.root / "alpha" / name) for name in ("hello", "count")
+    } | {environment_hash(workspace.root / "beta-repo" / "tasks" / "sort")}
+    assert set(store.list_keys("environments/")) == {
+        f"environments/{h}.tar.gz" for h in environments
+    }
+    contexts = len(environments - {environment_hash(workspace.root / "alpha" / "hello")})
     assert first.stderr.splitlines() == [
-        f"dataset alpha (2 tasks): uploaded 2 task archives and the manifest "
+        f"dataset alpha (2 tasks): uploaded 2 task archives, 1 build context and the manifest "
         f"s3://{s3_settings.location.bucket}/datasets/{entries[0]['digest']}.json",
-        f"dataset beta (2 tasks): uploaded 1 task archive and the manifest "
+        "dataset beta (2 tasks): uploaded 1 task archive"
+        + (f", {contexts} build context" if contexts else "")
+        + " and the manifest "
         f"s3://{s3_settings.location.bucket}/datasets/{entries[1]['digest']}.json",
     ]
 
@@ -61,7 +72,7 @@ async def test_publish_prints_addresses_and_uploads_each_object_once(
     assert yaml.safe_load(again.stdout) == entries
     assert "uploaded" not in again.stderr
     assert set(versions_by_key(s3_settings).values()) == {1}
-    assert len(versions_by_key(s3_settings)) == 5
+    assert len(versions_by_key(s3_settings)) == 5 + len(environments)
 
 
 async def test_a_broken_task_is_published_with_its_error_and_no_archive(

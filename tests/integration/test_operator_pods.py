@@ -331,7 +331,7 @@ async def test_a_dockerfile_of_only_settings_runs_its_from_image_in_the_pod(
     assert environment["workingDir"] == "/work"
 
 
-async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
+async def test_without_a_registry_trials_that_need_a_build_fail_clearly_without_a_pod(
     kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
 ) -> None:
     config = operator_config(s3_settings)
@@ -356,11 +356,11 @@ async def test_trials_that_need_an_image_build_fail_clearly_without_a_pod(
         await kube.wait_for(lambda: _job_phase(kube, "unbuilt", "Completed"))
         await kube.wait_for(lambda: _job_phase(kube, "forced", "Completed"))
     assert unbuilt["error"]["type"] == "environment_build_failed"
-    assert "not supported yet" in unbuilt["error"]["message"]
+    assert "no image registry" in unbuilt["error"]["message"]
     assert "environment.docker_image" in unbuilt["error"]["message"]
     assert forced_status["error"]["type"] == "environment_build_failed"
     assert "force_build" in forced_status["error"]["message"]
-    # The build never ran (no builder in this version): the infrastructure's, not the task's.
+    # The build never ran (the operator has no registry): the infrastructure's, not the task's.
     assert unbuilt["failureClass"] == forced_status["failureClass"] == "infrastructure"
     assert [w for w in kube.writes(PODS) if w.method == "POST"] == []
     for job in ("unbuilt", "forced"):

@@ -13,4 +13,6 @@ emulator does not emulate.
 - real/: a real control plane (etcd, kube-apiserver, kube-controller-manager) for the session,
   `real.plane.ControlPlane`, and a namespace of it per test, `real.kube.RealKube`.
 - kubelet.py: the kubelet's `$(NAME)` expansion, and a test kubelet that runs a trial Pod.
+- build_kubelet.py: a test kubelet that runs an image build Pod (`BuildPodRunner`,
+  `run_build_pod`): its init container, then the builder and the report, as processes.
 """

@@ -27,6 +27,7 @@ class KubeletHelpers(abc.ABC):
         namespace: Namespace = ...,
         *,
         containers: Mapping[str, Mapping[str, Any]] | None = None,
+        init_containers: Mapping[str, Mapping[str, Any]] | None = None,
         phase: str | None = None,
         reason: str | None = None,
         message: str | None = None,
@@ -36,9 +37,12 @@ class KubeletHelpers(abc.ABC):
 
         `containers` maps container names (from the Pod's spec) to states made by
         `running()`, `terminated()` or `waiting()`; containers not named keep their state
-        (or are "waiting: ContainerCreating"). Without `phase`, it follows from the states as
-        for `restartPolicy: Never`: all terminated with 0 -> Succeeded, all terminated -> Failed,
-        any running -> Running, else Pending.
+        (or are "waiting: ContainerCreating"). `init_containers` does the same for the Pod's
+        init containers (`status.initContainerStatuses`, written only for a Pod that has them,
+        with an `Initialized` condition). Without `phase`, it follows from the states as for
+        `restartPolicy: Never`: an init container terminated with non-zero -> Failed, init
+        containers not all terminated with 0 -> Pending; then all terminated with 0 ->
+        Succeeded, all terminated -> Failed, any running -> Running, else Pending.
 
         Unless `conditions` say the Pod is not scheduled (the scheduler's word, e.g.
         Unschedulable), this is the kubelet writing: the Pod is bound to the test's node first,
@@ -48,59 +52,52 @@ class KubeletHelpers(abc.ABC):
         image(s) for the pod.", the API reference): so a Pod waiting for its images has one.
         """
         pod = await self.get(PODS, name, namespace)
-        spec_containers = [c for c in pod.get("spec", {}).get("containers", [])]
-        known = {c["name"] for c in spec_containers}
-        unknown = set(containers or {}) - known
-        if unknown:
-            raise ValueError(
-                f"pod {self._ns(namespace)}/{name} has no containers {sorted(unknown)}"
-            )
-        old_statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses", [])}
-        statuses = []
-        for container in spec_containers:
-            state = (containers or {}).get(container["name"])
-            if state is None:
-                old = old_statuses.get(container["name"])
-                state = old["state"] if old else waiting("ContainerCreating")
-            is_running = "running" in state
-            old = old_statuses.get(container["name"])
-            container_id = (old or {}).get("containerID") or f"containerd://{uuid.uuid4().hex}"
-            statuses.append({
-                "name": container["name"],
-                "image": container.get("image", ""),
-                "imageID": "",
-                "containerID": None if "waiting" in state else container_id,
-                "ready": is_running,
-                "started": is_running,
-                "restartCount": 0,
-                "state": dict(state),
-                "lastState": {},
-            })  # fmt: skip
-        for status in statuses:
-            if status["containerID"] is None:
-                del status["containerID"]
+        spec = pod.get("spec", {})
+        spec_containers = builtins.list(spec.get("containers", []))
+        spec_init = builtins.list(spec.get("initContainers") or [])
+        for kind, wanted, declared in (
+            ("containers", containers, spec_containers),
+            ("init containers", init_containers, spec_init),
+        ):
+            unknown = set(wanted or {}) - {c["name"] for c in declared}
+            if unknown:
+                raise ValueError(
+                    f"pod {self._ns(namespace)}/{name} has no {kind} {sorted(unknown)}"
+                )
+        old = pod.get("status", {})
+        statuses = _statuses(spec_containers, containers, old.get("containerStatuses"))
+        init_statuses = _statuses(
+            spec_init, init_containers, old.get("initContainerStatuses"), init=True
+        )
         states = [s["state"] for s in statuses]
+        init_states = [s["state"] for s in init_statuses]
         if phase is None:
-            phase = _phase_of(states)
+            phase = _init_phase(init_states) or _phase_of(states)
         all_ready = bool(statuses) and all(s["ready"] for s in statuses)
         scheduled = conditions is None or any(
             c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions
         )
         if scheduled:
             await self._schedule(pod)
+        default_conditions: builtins.list[Body] = [{"type": "PodScheduled", "status": "True"}]
+        if spec_init:
+            initialized = all(s["ready"] for s in init_statuses)
+            default_conditions.append(
+                {"type": "Initialized", "status": "True" if initialized else "False"}
+            )
+        default_conditions.append({"type": "Ready", "status": "True" if all_ready else "False"})
         new_status: Body = {
             "phase": phase,
             "containerStatuses": statuses,
             "conditions": builtins.list(conditions)
             if conditions is not None
-            else [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Ready", "status": "True" if all_ready else "False"},
-            ],
+            else default_conditions,
             "reason": reason,
             "message": message,
         }
-        if scheduled and not pod.get("status", {}).get("startTime"):
+        if spec_init:
+            new_status["initContainerStatuses"] = init_statuses
+        if scheduled and not old.get("startTime"):
             new_status["startTime"] = now()
         return await self.patch_status(PODS, name, new_status, namespace)
 
@@ -125,6 +122,56 @@ class KubeletHelpers(abc.ABC):
         exit_codes, messages = exit_codes or {}, messages or {}
         states = {n: terminated(exit_codes.get(n, 0), message=messages.get(n)) for n in names}
         return await self.set_pod_status(name, namespace, containers=states)
+
+
+def _statuses(
+    spec_containers: Sequence[Mapping[str, Any]],
+    states: Mapping[str, Mapping[str, Any]] | None,
+    old_statuses: Sequence[Mapping[str, Any]] | None,
+    *,
+    init: bool = False,
+) -> builtins.list[Body]:
+    """The containers' statuses: the new state of those in `states`, the old (or "waiting:
+    ContainerCreating") of the others. An init container is ready once it has succeeded."""
+    old_by_name = {s["name"]: s for s in old_statuses or []}
+    statuses = []
+    for container in spec_containers:
+        old = old_by_name.get(container["name"])
+        state = (states or {}).get(container["name"])
+        if state is None:
+            state = old["state"] if old else waiting("ContainerCreating")
+        is_running = "running" in state
+        ready = _succeeded(state) if init else is_running
+        container_id = (old or {}).get("containerID") or f"containerd://{uuid.uuid4().hex}"
+        status: Body = {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": "",
+            "containerID": container_id,
+            "ready": ready,
+            "started": is_running,
+            "restartCount": 0,
+            "state": dict(state),
+            "lastState": {},
+        }
+        if "waiting" in state:
+            del status["containerID"]
+        statuses.append(status)
+    return statuses
+
+
+def _succeeded(state: Mapping[str, Any]) -> bool:
+    return "terminated" in state and state["terminated"].get("exitCode", 0) == 0
+
+
+def _init_phase(states: Sequence[Mapping[str, Any]]) -> str | None:
+    """The phase that init containers decide (restartPolicy Never), or None once all succeeded:
+    a failed one fails the Pod, one not done yet keeps it Pending."""
+    if any("terminated" in s and not _succeeded(s) for s in states):
+        return "Failed"
+    if not all(_succeeded(s) for s in states):
+        return "Pending"
+    return None
 
 
 def _phase_of(states: Sequence[Mapping[str, Any]]) -> str:

@@ -327,7 +327,7 @@ def test_a_broken_task_is_listed_with_its_error_and_no_archive(tmp_path: Path) -
     assert bad["error"]["message"].startswith("Task 'broken' is invalid: task.toml: not valid TOML")
     # A runnable task's entry has the keys it always had: no `"error": null`, so a dataset
     # without broken tasks keeps its digest.
-    assert set(good) == {"name", "content_hash", "config", "has_solution"}
+    assert set(good) == {"name", "content_hash", "environment_hash", "config", "has_solution"}
     assert DatasetManifest.model_validate_json(canonical_json(manifest)) == manifest
     # The same broken dataset elsewhere has the same digest (its message names no local path).
     shutil.copytree(tmp_path / "ds", tmp_path / "moved" / "ds", symlinks=True)

@@ -93,10 +93,13 @@ NAMESPACED_RULES = {
         "update",
         "delete",
     },
+    ("rollout.dev", "rolloutimages"): {"get", "list", "watch", "create", "patch", "delete"},
     ("rollout.dev", "rolloutjobs/status"): {"get", "patch", "update"},
     ("rollout.dev", "rollouttrials/status"): {"get", "patch", "update"},
+    ("rollout.dev", "rolloutimages/status"): {"get", "patch", "update"},
     ("rollout.dev", "rolloutjobs/finalizers"): {"update"},
     ("rollout.dev", "rollouttrials/finalizers"): {"update"},
+    ("rollout.dev", "rolloutimages/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"create", "patch"},
     # A job's NetworkPolicies are created once; its deletion takes them (owner references).
@@ -411,7 +414,11 @@ def generated_crds() -> dict[str, dict[str, Any]]:
     for path in sorted((REPO / "crds").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         found[crd["metadata"]["name"]] = crd
-    assert set(found) == {"rolloutjobs.rollout.dev", "rollouttrials.rollout.dev"}
+    assert set(found) == {
+        "rolloutjobs.rollout.dev",
+        "rollouttrials.rollout.dev",
+        "rolloutimages.rollout.dev",
+    }
     return found
 
 
@@ -609,6 +616,15 @@ def test_operator_environment_watching_the_cluster() -> None:
         "ROLLOUT_TRIAL_SERVICE_ACCOUNT": f"{RELEASE}-trial",
         "ROLLOUT_DEFAULT_POD_OVERRIDES": "{}",
         "ROLLOUT_UNIT_PRICES": "{}",
+        "ROLLOUT_IMAGE_REGISTRY": "",
+        "ROLLOUT_IMAGE_REPOSITORY": "rollout-env",
+        "ROLLOUT_IMAGE_PULL_REGISTRY": "",
+        "ROLLOUT_IMAGE_REGISTRY_PLAIN_HTTP": "false",
+        "ROLLOUT_IMAGE_PUSH_SECRET": "",
+        "ROLLOUT_IMAGE_PULL_SECRET": "",
+        "ROLLOUT_BUILDER": "buildkit",
+        "ROLLOUT_BUILDER_IMAGE": "",
+        "ROLLOUT_BUILD_PLATFORM": "linux/amd64",
         "ROLLOUT_METRICS_PORT": "9090",
         "ROLLOUT_HEALTH_PORT": "8080",
         "ROLLOUT_WORKER_LIMIT": "200",
@@ -719,6 +735,15 @@ def test_the_operator_reads_the_environment_the_chart_gives_it(
     else:
         assert config.default_pod_overrides is None
         assert config.unit_prices is None  # no prices unless given: every cost is null
+    builds = config.builds
+    if rendered.name == "quickstart":
+        # kind: build Pods push to the registry container, nodes pull through localhost:5001.
+        assert builds is not None
+        assert (builds.registry, builds.pull_registry) == ("kind-registry:5000", "localhost:5001")
+        assert builds.plain_http is True
+        assert builds.builder.type == "buildkit"
+    else:
+        assert builds is None  # no registry, no builds: trials that need one say so
 
 
 def test_default_pod_overrides_are_what_a_rolloutjob_spec_pod_takes() -> None:
@@ -803,6 +828,11 @@ def test_image_tags_default_to_the_app_version() -> None:
         ({"unitPrices": ["cpu", 0.03]}, "unitPrices must be a map of resource name to price"),
         ({"unitPrices": {"cpu": -1}}, "unitPrices.cpu: -1 (float64) is not a price"),
         ({"unitPrices": {"cpu": "0.03"}}, "unitPrices.cpu: 0.03 (string) is not a price"),
+        ({"images": {"builder": {"type": "kaniko"}}}, "images.builder.type: kaniko is not one of"),
+        (
+            {"images": {"registry": "https://ghcr.io/org"}},
+            "images.registry: https://ghcr.io/org is not host[:port]",
+        ),
     ],
 )
 def test_bad_values_fail_with_a_message(values: dict[str, Any], message: str) -> None:

@@ -25,8 +25,48 @@ OWN_TASK_DIRS = task_dirs(HARBOR) + task_dirs(TERMINAL_BENCH)
 
 
 def run(capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, list[str]]:
+    """The exit status and the printed lines but the `image` ones (their own tests below)."""
+    code, lines = run_all(capsys, *paths)
+    return code, [line for line in lines if not line.startswith("image ")]
+
+
+def run_all(capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, list[str]]:
     code = main(["validate", *map(str, paths)])
     return code, capsys.readouterr().out.splitlines()
+
+
+def test_each_task_says_whether_its_image_is_pulled_lifted_or_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def task(name: str, toml: str, dockerfile: str) -> Path:
+        path = tmp_path / "tasks" / name
+        (path / "environment").mkdir(parents=True)
+        (path / "tests").mkdir()
+        (path / "instruction.md").write_text("Do it.\n")
+        (path / "task.toml").write_text(toml)
+        (path / "environment" / "Dockerfile").write_text(dockerfile)
+        (path / "tests" / "test.sh").write_text("#!/bin/sh\n")
+        return path
+
+    pulled = task("pulled", '[environment]\ndocker_image = "img:1"\n', "FROM x\nRUN y\n")
+    lifted = task("lifted", "", "FROM debian:12\nWORKDIR /app\n")
+    built = task("built", "", "FROM debian:12\nRUN apt-get update\n")
+    code, lines = run_all(capsys, tmp_path / "tasks")
+    assert code == 0
+    assert [line for line in lines if line.startswith("image ")] == [
+        f"image {built}: build environment/Dockerfile",
+        f"image {lifted}: lift debian:12 (its Dockerfile needs no build)",
+        f"image {pulled}: pull img:1",
+    ]
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "agents: [{name: a, execute: 'true'}]\ndatasets: [{path: tasks}]\n"
+        "environment: {force_build: true}\n"
+    )
+    code, lines = run_all(capsys, job)
+    assert code == 0
+    assert f"image {pulled}: build environment/Dockerfile (force_build)" in lines
+    assert f"image {lifted}: build environment/Dockerfile (force_build)" in lines
 
 
 def test_every_task_and_dataset_of_each_format_is_ok(capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,7 +111,7 @@ def test_job_with_local_dataset_and_registry(
         "  - registry:\n      path: ./registry.json\n    name: bench\n    version: '1.0'\n"
     )
     code = main(["validate", "--offline", str(job), str(registry)])
-    lines = capsys.readouterr().out.splitlines()
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("image ")]
     assert (code, lines) == (0, [f"ok {job} (job)", f"ok {registry} (registry)"])
 
 

@@ -13,9 +13,11 @@ import pytest
 from rollout.api.errors import ErrorType
 from rollout.api.plan import ResolvedDataset, ResolvedTask, plan_job
 from rollout.api.resources import (
+    ImagePhase,
     JobConditionReason,
     JobConditionType,
     JobPhase,
+    RolloutImage,
     RolloutJob,
     RolloutJobStatus,
     StorageSpec,
@@ -25,12 +27,13 @@ from rollout.api.resources import (
 from rollout.api.results import TrialError
 from rollout.api.task import parse_task_config
 from rollout.controller.config import OperatorConfig
-from rollout.controller.index import PodEntry, TrialEntry
+from rollout.controller.index import ImageEntry, PodEntry, TrialEntry
 from rollout.controller.jobdecide import (
     STORAGE_RETRY_SEC,
     CreateNetworkPolicies,
     CreateTrial,
     DeleteJob,
+    EnsureImage,
     JobAction,
     JobDecision,
     JobView,
@@ -298,7 +301,7 @@ def test_a_suspended_job_creates_nothing_and_says_so() -> None:
     assert created(resumed) == NAMES[1:3]
 
 
-def test_an_image_that_needs_a_build_fails_its_trial_at_creation() -> None:
+def test_an_image_that_needs_a_build_fails_its_trial_at_creation_without_a_registry() -> None:
     decision = decide(spec=planned({"environment": {}}), trials={})
     builds = [a.failed for a in of_type(decision, CreateTrial)]
     assert len(builds) == 3
@@ -309,7 +312,8 @@ def test_an_image_that_needs_a_build_fails_its_trial_at_creation() -> None:
     failure = first.status
     assert failure["phase"] == "Failed"
     assert failure["error"]["type"] == "environment_build_failed"
-    assert "not supported yet" in failure["error"]["message"]
+    assert "no image registry" in failure["error"]["message"]
+    assert "ROLLOUT_IMAGE_REGISTRY" in failure["error"]["message"]
     # The build never ran: not the task's Dockerfile, the platform's missing builder.
     assert failure["failureClass"] == "infrastructure"
     # Its record says the same, where the status says it is.
@@ -553,3 +557,114 @@ def test_the_view_is_not_changed() -> None:
     before = replace(seen)
     decide_job(seen, config=CONFIG)
     assert seen == before
+
+
+# --- trials whose image is built in the cluster ---------------------------------------------------
+
+BUILDS = OperatorConfig(
+    runner_image="runner:1",
+    image_registry="registry.test:5000",
+    image_pull_registry="localhost:5001",
+    builder="buildah",
+)
+BUILT_TASK = {"environment": {}}  # no docker_image: a Dockerfile that needs a build
+
+
+def built_plan(force: bool = False) -> Planned:
+    config = parse_task_config(IMAGE if force else BUILT_TASK)
+    tasks = tuple(
+        ResolvedTask(name, name[-1] * 64, config, environment_hash="e" * 64)
+        for name in ("t1", "t2")
+    )
+    plan = plan_job("job", ["oracle", "claude"], [ResolvedDataset("d", "a" * 64, tasks)], 2)
+    environment = {"forceBuild": True} if force else {}
+    job = rollout_job(environment=environment)
+    return Planned(job, plan, STORAGE, policy_plan(job, STORAGE, plan))
+
+
+def image_entry(name: str, **fields: Any) -> ImageEntry:
+    values: dict[str, Any] = {"pull_image": "localhost:5001/rollout-env:h", "image_hash": "f" * 64}
+    values.update(fields)
+    return ImageEntry("ns", name, f"uid-{name}", **values)
+
+
+def test_trials_that_share_an_environment_make_one_rolloutimage_before_they_are_made() -> None:
+    decision = decide_job(view(built_plan(), trials={}), config=BUILDS)
+    ensure = of_type(decision, EnsureImage)
+    assert len(ensure) == 1  # two tasks, one environment: one image
+    image = RolloutImage.model_validate(ensure[0].manifest)
+    assert image.spec.image.startswith("registry.test:5000/rollout-env:")
+    assert image.spec.pull_image.startswith("localhost:5001/rollout-env:")
+    assert image.spec.context.key == f"p/environments/{'e' * 64}.tar.gz"
+    assert "ownerReferences" not in ensure[0].manifest["metadata"]  # the cache's record
+    # Made before the trials that need it; the trials wait for it, with no Pod.
+    actions = decision.actions
+    assert actions.index(ensure[0]) < min(actions.index(c) for c in of_type(decision, CreateTrial))
+    creations = of_type(decision, CreateTrial)
+    assert len(creations) == 3
+    assert all(c.build is not None and c.build.name == ensure[0].name for c in creations)
+    assert not any(c.creates_pod for c in creations)
+    spec = creations[0].manifest()["spec"]
+    assert (spec["imageBuild"], spec["image"]) == (ensure[0].name, image.spec.pull_image)
+
+
+def test_a_ready_image_gives_new_trials_their_pods_at_once_pinned_to_its_digest() -> None:
+    first = decide_job(view(built_plan(), trials={}), config=BUILDS)
+    name = of_type(first, EnsureImage)[0].name
+    ready = image_entry(name, phase=ImagePhase.READY, digest="sha256:" + "d" * 64)
+    decision = decide_job(view(built_plan(), trials={}, images={name: ready}), config=BUILDS)
+    assert of_type(decision, EnsureImage) == []  # it exists
+    creations = of_type(decision, CreateTrial)
+    assert all(c.creates_pod for c in creations)
+    assert creations[0].image is not None
+    assert creations[0].image.pinned_image == "localhost:5001/rollout-env@sha256:" + "d" * 64
+
+
+def test_an_image_that_failed_before_the_job_began_is_made_again_one_after_is_not() -> None:
+    first = decide_job(view(built_plan(), trials={}), config=BUILDS)
+    name = of_type(first, EnsureImage)[0].name
+    earlier = image_entry(
+        name, phase=ImagePhase.FAILED, completed_at=NOW - timedelta(hours=1), message="boom"
+    )
+    again = decide_job(
+        view(
+            built_plan(), trials={}, images={name: earlier}, created_at=NOW - timedelta(minutes=5)
+        ),
+        config=BUILDS,
+    )
+    (renew,) = of_type(again, EnsureImage)
+    assert renew.renew == f"uid-{name}"  # the failed one goes first, then a new one
+    later = replace(earlier, completed_at=NOW - timedelta(minutes=1))
+    kept = decide_job(
+        view(built_plan(), trials={}, images={name: later}, created_at=NOW - timedelta(minutes=5)),
+        config=BUILDS,
+    )
+    assert of_type(kept, EnsureImage) == []  # this job's own failure: its trials fail with it
+
+
+def test_force_build_makes_a_rolloutimage_of_the_jobs_own() -> None:
+    decision = decide_job(view(built_plan(force=True), trials={}), config=BUILDS)
+    (ensure,) = of_type(decision, EnsureImage)
+    metadata = ensure.manifest["metadata"]
+    assert ensure.manifest["spec"]["forceBuild"] is True
+    assert metadata["ownerReferences"][0]["kind"] == "RolloutJob"
+    assert metadata["ownerReferences"][0]["uid"] == "job-uid"
+    other = decide_job(view(built_plan(force=True), trials={}, uid="other-uid"), config=BUILDS)
+    assert of_type(other, EnsureImage)[0].name != ensure.name  # each job builds once
+
+
+def test_a_waiting_trial_whose_image_is_gone_gets_it_made_again() -> None:
+    first = decide_job(view(built_plan(), trials={}), config=BUILDS)
+    name = of_type(first, EnsureImage)[0].name
+    plan = built_plan()
+    waiting = {
+        t.name: TrialEntry(
+            "ns", t.name, f"uid-{t.name}", "1", t.key.agent, "d", t.key.task, t.key.attempt,
+            phase=TrialPhase.PENDING, image_build=name, waiting_for_image=True,
+        )
+        for t in plan.plan.trials[:3]
+    }  # fmt: skip
+    looks = [TrialLook(entry) for entry in waiting.values()]
+    decision = decide_job(view(plan, trials=waiting, looks=looks), config=BUILDS)
+    assert [e.name for e in of_type(decision, EnsureImage)] == [name]
+    assert of_type(decision, TrialStep) == []  # they keep waiting: the image's event wakes them

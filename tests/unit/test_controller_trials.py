@@ -11,17 +11,24 @@ from typing import Any
 import pytest
 
 from rollout.api.errors import ErrorType
-from rollout.api.images import image_build_message
 from rollout.api.plan import PlannedTrial, ResolvedTask
-from rollout.api.resources import RolloutJob, RolloutTrial, StorageSpec, TrialPhase
+from rollout.api.resources import (
+    ImagePhase,
+    ImageReason,
+    RolloutJob,
+    RolloutTrial,
+    StorageSpec,
+    TrialPhase,
+)
 from rollout.api.task import parse_task_config
 from rollout.api.trials import TrialKey
 from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.config import OperatorConfig
-from rollout.controller.index import PodEntry, TrialEntry
+from rollout.controller.index import ImageEntry, PodEntry, TrialEntry
 from rollout.controller.podstatus import Failed, Finished, Lost, Running, Waiting
 from rollout.controller.records import TrialPlace
 from rollout.controller.trials import (
+    CopyBuildLog,
     CreatePod,
     DeletePod,
     Nothing,
@@ -114,18 +121,6 @@ def test_the_jobs_resource_overrides_win() -> None:
         rj, planned(), namespace="ns", job_uid="u", storage=STORAGE, runner_image="r"
     )["spec"]
     assert spec["resources"] == {"cpus": "1", "memory": "2048Mi", "storage": "30G", "gpus": 0}
-
-
-def test_an_image_that_needs_a_build_is_explained() -> None:
-    task = planned({"environment": {}}).task.config
-    message = image_build_message("t", task, force_build=False)
-    assert message is not None
-    assert "not supported yet" in message
-    assert "environment.docker_image" in message
-    forced = image_build_message("t", planned().task.config, force_build=True)
-    assert forced is not None
-    assert "force_build" in forced
-    assert image_build_message("t", planned().task.config, force_build=False) is None
 
 
 # --- decide ---------------------------------------------------------------------------------------
@@ -328,3 +323,91 @@ def test_trials_of_the_bridge_are_left_to_it(environment_type: str) -> None:
     assert (
         decide(bridged, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2) == Nothing()
     )
+
+
+# --- a trial whose image is built in the cluster --------------------------------------------------
+
+CREATED = datetime(2025, 1, 15, 10, 20, tzinfo=UTC)
+WAITER = replace(TRIAL, image_build="env-abc", created_at=CREATED)
+DIGEST = "sha256:" + "d" * 64
+
+
+def image(**fields: Any) -> ImageEntry:
+    values: dict[str, Any] = {
+        "pull_image": "localhost:5001/rollout-env:" + "f" * 64,
+        "image_hash": "f" * 64,
+    }
+    values.update(fields)
+    return ImageEntry("ns", "env-abc", "image-uid", **values)
+
+
+def decide_waiter(trial: TrialEntry, found: ImageEntry | None, **more: Any) -> Any:
+    return decide(
+        trial, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2, image=found, **more
+    )
+
+
+def test_a_trial_waits_for_its_image_and_says_so_once() -> None:
+    building = image(phase=ImagePhase.BUILDING)
+    action = decide_waiter(WAITER, building)
+    assert isinstance(action, PatchStatus)
+    assert not action.final
+    assert action.status["phase"] == "Pending"
+    (condition,) = action.status["conditions"]
+    assert (condition["type"], condition["status"]) == ("PodReady", "False")
+    assert condition["reason"] == "WaitingForImage"
+    assert "env-abc" in condition["message"]
+    assert decide_waiter(replace(WAITER, waiting_for_image=True), building) == Nothing()
+    # No RolloutImage yet (the job makes it): nothing, its event wakes the job.
+    assert decide_waiter(WAITER, None) == Nothing()
+
+
+def test_a_ready_image_gives_the_trial_its_pod_pinned_with_setup_from_the_trials_creation() -> None:
+    action = decide_waiter(WAITER, image(phase=ImagePhase.READY, digest=DIGEST))
+    assert action == CreatePod(
+        "t1", 0, image="localhost:5001/rollout-env@" + DIGEST, setup_since=CREATED
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "error", "whose"),
+    [
+        (ImageReason.BUILD_FAILED, "environment_build_failed", "task"),
+        (ImageReason.BUILD_TIMEOUT, "environment_build_timeout", "task"),
+        (ImageReason.BUILD_NOT_RUN, "environment_build_failed", "infrastructure"),
+        (ImageReason.REGISTRY_UNAVAILABLE, "environment_build_failed", "infrastructure"),
+    ],
+)
+def test_a_failed_build_fails_the_waiting_trial_with_its_error_and_class(
+    reason: ImageReason, error: str, whose: str
+) -> None:
+    failed = image(
+        phase=ImagePhase.FAILED,
+        reason=reason,
+        message="The image build failed. The end of its log:\nE: no-such-package",
+        completed_at=NOW,
+        log_uri="s3://b/p/jobs/Other Job/builds/" + "f" * 64 + ".log",
+    )
+    action = decide_waiter(WAITER, failed, stale_before=CREATED)
+    assert isinstance(action, PatchStatus)
+    assert action.final
+    assert action.status["error"]["type"] == error
+    assert "no-such-package" in action.status["error"]["message"]
+    assert action.status["failureClass"] == whose
+    assert action.record is not None
+    result = action.record.result
+    # It was in environment setup from its creation: the build was part of it.
+    assert result.timestamps.environment_setup_started_at == CREATED
+    assert result.durations.environment_setup_sec == 600.0
+    # The build log goes beside this job too (another job asked for the build).
+    assert action.build_log == CopyBuildLog(
+        STORAGE, failed.log_uri, f"p/jobs/My Job/builds/{'f' * 64}.log"
+    )
+    own = replace(failed, log_uri=f"s3://b/p/jobs/My Job/builds/{'f' * 64}.log")
+    assert decide_waiter(WAITER, own, stale_before=CREATED).build_log is None
+
+
+def test_an_image_that_failed_before_the_job_began_is_not_this_trials_failure() -> None:
+    stale = image(phase=ImagePhase.FAILED, reason=ImageReason.BUILD_FAILED, completed_at=CREATED)
+    later_job = CREATED + (NOW - CREATED) / 2
+    assert decide_waiter(WAITER, stale, stale_before=later_job) == Nothing()

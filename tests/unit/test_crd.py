@@ -217,6 +217,7 @@ def test_crds_directory_is_up_to_date() -> None:
 def test_generation_is_deterministic() -> None:
     assert render_crds() == render_crds()
     assert sorted(render_crds()) == [
+        "rollout.dev_rolloutimages.yaml",
         "rollout.dev_rolloutjobs.yaml",
         "rollout.dev_rollouttrials.yaml",
     ]

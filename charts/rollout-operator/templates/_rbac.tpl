@@ -4,11 +4,16 @@
 - apiGroups: ["rollout.dev"]
   resources: ["rolloutjobs", "rollouttrials"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# RolloutImages: made once per image hash, patched by kopf (its finalizer while one builds),
+# deleted to build again an image that failed for an earlier job.
 - apiGroups: ["rollout.dev"]
-  resources: ["rolloutjobs/status", "rollouttrials/status"]
+  resources: ["rolloutimages"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["rollout.dev"]
+  resources: ["rolloutjobs/status", "rollouttrials/status", "rolloutimages/status"]
   verbs: ["get", "patch", "update"]
 - apiGroups: ["rollout.dev"]
-  resources: ["rolloutjobs/finalizers", "rollouttrials/finalizers"]
+  resources: ["rolloutjobs/finalizers", "rollouttrials/finalizers", "rolloutimages/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]

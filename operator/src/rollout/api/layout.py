@@ -4,6 +4,8 @@ The seed's layout, under an optional prefix in the bucket:
 
     <prefix>/jobs/<job>/config.json                       job.yaml as JSON
     <prefix>/jobs/<job>/result.json                       the job's result
+    <prefix>/jobs/<job>/builds/<image hash>.log           the log of an image build the job's
+                                                          trials waited for (in-cluster builds)
     <prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/    one trial: result.json, error.txt,
                                                           setup/, command/, logs/
         .../<task>__<n>/retries/<k>/                      the files of its try k, when a lost Pod
@@ -12,6 +14,8 @@ The seed's layout, under an optional prefix in the bucket:
                                                           files are at the seed's paths above
     <prefix>/datasets/<manifest digest>.json              a dataset bundle's manifest
     <prefix>/tasks/<content hash>.tar.gz                  one task's files
+    <prefix>/environments/<environment hash>.tar.gz       one task's environment/ alone: the
+                                                          context of an in-cluster image build
 
 The CLI downloads a job to `<jobs_dir>/<job>/` with the same relative layout; `trial_path` is the
 one definition of a trial's place under its job, used for keys and for local paths alike.
@@ -130,6 +134,19 @@ def task_archive_key(prefix: str, content_hash: str) -> str:
     """`<prefix>/tasks/<content_hash>.tar.gz`: one task's files, named by their content hash."""
     hashed = check_component(content_hash, "task content hash")
     return f"{normalize_prefix(prefix)}tasks/{hashed}.tar.gz"
+
+
+def environment_archive_key(prefix: str, environment_hash: str) -> str:
+    """`<prefix>/environments/<environment_hash>.tar.gz`: a task's environment/ directory alone,
+    the build context of its image, named by its content hash."""
+    hashed = check_component(environment_hash, "environment hash")
+    return f"{normalize_prefix(prefix)}environments/{hashed}.tar.gz"
+
+
+def build_log_key(prefix: str, job: str, image_hash: str) -> str:
+    """`<prefix>/jobs/<job>/builds/<image_hash>.log`: the log of an image build a job's trials
+    waited for."""
+    return f"{job_prefix(prefix, job)}builds/{check_component(image_hash, 'image hash')}.log"
 
 
 def s3_uri(bucket: str, key: str) -> str:

@@ -1,6 +1,7 @@
 """A published dataset's manifest: its tasks in trial order, each named by its content hash.
 
-The manifest and one archive per task (`rollout.api.archive`) make a dataset's bundle in
+The manifest, one archive per task and one per task environment/ that has a Dockerfile (the
+context of an in-cluster image build; `rollout.api.archive`) make a dataset's bundle in
 storage; where they are stored (the object keys) is `rollout.api.layout`'s business. The
 manifest's digest, over its canonical JSON, is the dataset's identity. `rollout.datasets.bundle`
 builds manifests from task directories.
@@ -28,7 +29,7 @@ from rollout.api.task import TaskConfig, parse_task_config
 TASK_ERRORS = (ErrorType.TASK_INVALID, ErrorType.TASK_NOT_FOUND)
 """The error types a task itself can have, before any trial of it runs."""
 
-_ABSENT_WHEN_NONE = ("content_hash", "config", "error")
+_ABSENT_WHEN_NONE = ("content_hash", "environment_hash", "config", "error")
 
 
 class ManifestTask(FileModel):
@@ -37,6 +38,12 @@ class ManifestTask(FileModel):
     name: str = Field(description="The task's name in trial names and result paths.")
     content_hash: str | None = Field(
         None, description="sha256 of the task's content; names its archive (none when broken)."
+    )
+    environment_hash: str | None = Field(
+        None,
+        description="sha256 of the task's environment/ alone; names its archive, the context of "
+        "an in-cluster image build (none when environment/ has no Dockerfile, or when the "
+        "dataset was published before builds existed).",
     )
     config: dict[str, Any] | None = Field(
         None, description="The task's parsed task.toml (none when broken)."
@@ -59,7 +66,7 @@ class ManifestTask(FileModel):
             raise ValueError(
                 f"a task's error is task_invalid or task_not_found, not {self.error.type}"
             )
-        elif self.content_hash is not None:
+        elif self.content_hash is not None or self.environment_hash is not None:
             raise ValueError("a broken task (with an error) has no archive, so no content_hash")
         return self
 

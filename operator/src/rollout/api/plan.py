@@ -28,6 +28,9 @@ class ResolvedTask:
     """Whether the oracle can run it (solution/solve.sh or a root solve.sh)."""
     error: TrialError | None = None
     """Why the task cannot run (task_invalid, task_not_found): its trials fail at creation."""
+    environment_hash: str | None = None
+    """Content hash of its environment/ with a Dockerfile (names the build context); None:
+    nothing to build."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,14 @@ def resolved_tasks(manifest: DatasetManifest, where: str) -> tuple[ResolvedTask,
         except InvalidInput as err:
             raise InvalidInput.one(where, f"task {task.name!r}", str(err)) from None
         tasks.append(
-            ResolvedTask(task.name, task.content_hash, config, task.has_solution, task.error)
+            ResolvedTask(
+                task.name,
+                task.content_hash,
+                config,
+                task.has_solution,
+                task.error,
+                task.environment_hash,
+            )
         )
     return tuple(tasks)
 
@@ -76,6 +86,11 @@ class JobPlan:
     def names(self) -> frozenset[str]:
         """Every trial's name (made once: reconcilers ask on every pass)."""
         return frozenset(t.name for t in self.trials)
+
+    @cached_property
+    def by_name(self) -> dict[str, PlannedTrial]:
+        """Every trial by its name."""
+        return {t.name: t for t in self.trials}
 
 
 def plan_job(

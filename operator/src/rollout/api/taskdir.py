@@ -57,6 +57,9 @@ class Task:
     solution: str | None
     """The oracle's script, relative to the task: solution/solve.sh, else seed 004's solve.sh at
     the root, else None (the oracle cannot run the task)."""
+    lifted: bool = False
+    """Its docker_image (and maybe workdir and env) came from its Dockerfile, which needs no
+    build (`rollout.api.dockerfile.lift`), not from task.toml."""
 
     @property
     def has_solution(self) -> bool:
@@ -93,8 +96,11 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
     instruction = _read_instruction(path / INSTRUCTION, problems)
     config = _read_config(path / TASK_TOML, problems)
     _expect(path / ENVIRONMENT, "dir", problems, "holds the environment definition (Dockerfile)")
+    lifted = False
     if config is not None:
+        own_image = config.environment.docker_image
         config = _lifted(config, path / ENVIRONMENT / DOCKERFILE, problems)
+        lifted = own_image is None and config.environment.docker_image is not None
     _expect(path / "tests", "dir", problems, "holds tests/test.sh, which the verifier runs")
     if (path / "tests").is_dir():
         _expect(path / TEST_SCRIPT, "file", problems, "the verifier runs it")
@@ -110,6 +116,7 @@ def load_task(path: str | Path, *, name: str | None = None) -> Task:
         config=config,
         instruction=instruction,
         solution=_solution(path),
+        lifted=lifted,
     )
 
 

@@ -51,9 +51,18 @@ def effective_resources(task: TaskConfig, job: RolloutJob) -> TrialResources:
 
 
 def trial_spec(
-    job: RolloutJob, planned: PlannedTrial, *, storage: StorageSpec, runner_image: str
+    job: RolloutJob,
+    planned: PlannedTrial,
+    *,
+    storage: StorageSpec,
+    runner_image: str,
+    built: tuple[str, str] | None = None,
 ) -> RolloutTrialSpec:
-    """A trial's spec: everything its Pod and its runner need, without reading the job."""
+    """A trial's spec: everything its Pod and its runner need, without reading the job.
+
+    `built`: (image, RolloutImage name) when the operator builds the task's image in the
+    cluster; the trial's Pod then waits for that RolloutImage.
+    """
     spec = job.spec
     task = planned.task.config
     timeouts = effective_timeouts(
@@ -71,7 +80,8 @@ def trial_spec(
         task_name=planned.key.task,
         attempt=planned.key.attempt,
         task_content_hash=planned.task.content_hash,
-        image=task.environment.docker_image or UNBUILT_IMAGE,
+        image=built[0] if built else task.environment.docker_image or UNBUILT_IMAGE,
+        image_build=built[1] if built else None,
         resources=effective_resources(task, job),
         timeouts=timeouts,
         instruction_path=spec.instruction_path,

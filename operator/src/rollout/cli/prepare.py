@@ -40,7 +40,7 @@ from rollout.api.dataset import (
 from rollout.api.environment import EnvironmentType
 from rollout.api.envrefs import resolve_agent_env, resolve_task_env
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.images import image_build_message
+from rollout.api.images import ImageSource, image_source, needs_build
 from rollout.api.job import JobConfig, JobDataset, read_job_file
 from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
@@ -209,8 +209,7 @@ def check_job(
     problems += _shared_dataset_names(path, job.datasets, datasets)
     # What will fail or change a task's trials once the job runs: warnings, one call a rule.
     loaded = [d for d in datasets if d is not None]
-    if not local:
-        warnings += _build_warnings(loaded, force_build=job.environment.force_build)
+    warnings += _build_warnings(loaded, force_build=job.environment.force_build)
     warnings += _task_env_warnings(loaded, job)
     warnings += unhonoured_problems(loaded)
     if problems:
@@ -294,22 +293,44 @@ def _shared_dataset_names(
 
 
 def _build_warnings(datasets: Sequence[Dataset], *, force_build: bool) -> list[Problem]:
-    """Tasks whose trials will fail with environment_build_failed: their image needs a build."""
+    """Tasks whose trials will fail with environment_build_failed: their image needs a build
+    and they have no environment/Dockerfile to build."""
     warnings: list[Problem] = []
     for dataset in datasets:
         for task in dataset.tasks:
             if isinstance(task, BrokenTask):
                 continue  # its trials fail with the task's own error (task_problems)
-            message = image_build_message(task.name, task.config, force_build=force_build)
-            if message is not None:
+            if needs_build(task.config, force_build=force_build) and not task.dockerfile.is_file():
+                why = "the job sets force_build" if force_build else "it has no docker_image"
                 warnings.append(
                     Problem(
                         str(task.path / TASK_TOML),
                         "environment.docker_image",
-                        f"its trials will fail with environment_build_failed: {message}",
+                        f"its trials will fail with environment_build_failed: {why}, and its "
+                        "environment/ has no Dockerfile to build",
                     )
                 )
     return warnings
+
+
+def image_plans(sources: Sequence[Dataset | Task], *, force_build: bool = False) -> list[str]:
+    """Where each task's image comes from, a line each: `<task dir>: pull <image>`, `lift
+    <image>` (from a Dockerfile that needs no build) or `build environment/Dockerfile`."""
+    tasks = [t for s in sources for t in (s.tasks if isinstance(s, Dataset) else [s])]
+    lines: list[str] = []
+    for task in tasks:
+        if isinstance(task, BrokenTask):
+            continue
+        source = image_source(task.config, lifted=task.lifted, force_build=force_build)
+        image = task.config.environment.docker_image
+        if source is ImageSource.PULL:
+            lines.append(f"{task.path}: pull {image}")
+        elif source is ImageSource.LIFT:
+            lines.append(f"{task.path}: lift {image} (its Dockerfile needs no build)")
+        else:
+            why = " (force_build)" if force_build and image else ""
+            lines.append(f"{task.path}: build environment/Dockerfile{why}")
+    return lines
 
 
 def unhonoured_problems(sources: Sequence[Dataset | Task]) -> list[Problem]:

@@ -1,14 +1,16 @@
 """Datasets into object storage as content-addressed bundles, and `rollout publish DATASET...`.
 
-A bundle is one archive per task, `tasks/<content hash>.tar.gz`, and a manifest,
+A bundle is one archive per task, `tasks/<content hash>.tar.gz`, one per task environment/ with a
+Dockerfile, `environments/<environment hash>.tar.gz` (the context an in-cluster image build
+fetches, without the task's tests and solution), and a manifest,
 `datasets/<manifest digest>.json`, listing the tasks in order with their parsed task.toml and
 content hash (rollout.datasets.bundle, rollout.api.manifest, rollout.api.layout). Both are named
 by what they hold, so an object that exists never needs writing again:
 
 - a manifest is uploaded last, after all of its task archives, so a manifest in storage means the
   whole bundle is there and nothing of that dataset is looked at again;
-- otherwise each task archive is checked (HEAD) and only missing ones are made and uploaded; a
-  task shared by several datasets is uploaded once;
+- otherwise each task and environment archive is checked (HEAD) and only missing ones are made
+  and uploaded; a task (or an environment) shared by several tasks or datasets is uploaded once;
 - a broken task (task_invalid, task_not_found) has no archive: the manifest lists it with its
   error, and the operator fails its trials without starting them.
 
@@ -21,22 +23,24 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobDataset, RegistrySource
-from rollout.api.layout import dataset_manifest_key, task_archive_key
+from rollout.api.layout import dataset_manifest_key, environment_archive_key, task_archive_key
 from rollout.api.manifest import canonical_json
 from rollout.api.problems import validation_problems
+from rollout.api.taskdir import Task
 from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import PreparedDataset, cache_dir, prepare_dataset
 from rollout.cli.threads import parallel_map
-from rollout.datasets.bundle import task_archive
+from rollout.datasets.bundle import environment_archive, task_archive
 from rollout.storage import WritableStore
 
 WORKERS = 8
@@ -65,6 +69,8 @@ class PublishReport:
     manifest_uploaded: bool
     broken: tuple[str, ...] = ()
     """The broken tasks, listed in the manifest with their errors (their trials will fail)."""
+    environments_uploaded: int = 0
+    """Build contexts (environment/ archives) uploaded for this dataset."""
 
     def describe(self, store: WritableStore) -> str:
         where = store.uri(dataset_manifest_key(store.prefix, self.digest))
@@ -74,9 +80,13 @@ class PublishReport:
         if not self.manifest_uploaded:
             return f"dataset {self.name} ({self.tasks} {plural}): already in storage at {where}"
         archives = "archive" if self.archives_uploaded == 1 else "archives"
+        contexts = ""
+        if self.environments_uploaded:
+            many = "s" if self.environments_uploaded > 1 else ""
+            contexts = f", {self.environments_uploaded} build context{many}"
         return (
             f"dataset {self.name} ({self.tasks} {plural}): uploaded {self.archives_uploaded} "
-            f"task {archives} and the manifest {where}"
+            f"task {archives}{contexts} and the manifest {where}"
         )
 
 
@@ -90,32 +100,38 @@ def publish_datasets(
         zip(manifest_keys, parallel_map(store.exists, manifest_keys, workers), strict=True)
     )
 
-    owner: dict[str, int] = {}  # content hash -> the dataset that uploads it
-    task_dirs: dict[str, Path] = {}
+    # Each archive (a task's, or an environment's: build contexts) is uploaded by the first
+    # dataset that has it: key -> (dataset index, what makes the archive).
+    owner: dict[str, tuple[int, Callable[[], bytes]]] = {}
+    contexts: set[str] = set()
     for index, (prepared, key) in enumerate(zip(datasets, manifest_keys, strict=True)):
         if have_manifest[key]:
             continue
         for task, entry in zip(prepared.dataset.tasks, prepared.manifest.tasks, strict=True):
-            if entry.content_hash is None:
+            if entry.content_hash is None or not isinstance(task, Task):
                 continue  # a broken task: listed with its error, it has no archive
-            if entry.content_hash not in owner:
-                owner[entry.content_hash] = index
-                task_dirs[entry.content_hash] = task.path
-    hashes = list(task_dirs)
-    archive_keys = {h: task_archive_key(prefix, h) for h in hashes}
-    present = parallel_map(store.exists, [archive_keys[h] for h in hashes], workers)
-    missing = [h for h, there in zip(hashes, present, strict=True) if not there]
+            archive_key = task_archive_key(prefix, entry.content_hash)
+            owner.setdefault(archive_key, (index, partial(task_archive, task.path)))
+            if entry.environment_hash is not None:
+                context_key = environment_archive_key(prefix, entry.environment_hash)
+                owner.setdefault(context_key, (index, partial(environment_archive, task)))
+                contexts.add(context_key)
+    keys = list(owner)
+    present = parallel_map(store.exists, keys, workers)
+    missing = [k for k, there in zip(keys, present, strict=True) if not there]
 
     uploaded = [0] * len(datasets)
+    uploaded_contexts = [0] * len(datasets)
     with tempfile.TemporaryDirectory(prefix="rollout-publish-") as scratch:
         files: dict[str, Path] = {}
-        for content_hash in missing:  # every archive made before the first upload
-            path = Path(scratch) / f"{content_hash}.tar.gz"
-            path.write_bytes(task_archive(task_dirs[content_hash]))
-            files[content_hash] = path
-        parallel_map(lambda h: store.upload_file(files[h], archive_keys[h]), missing, workers)
-    for content_hash in missing:
-        uploaded[owner[content_hash]] += 1
+        for number, archive_key in enumerate(missing):  # all made before the first upload
+            path = Path(scratch) / f"{number}.tar.gz"
+            path.write_bytes(owner[archive_key][1]())
+            files[archive_key] = path
+        parallel_map(lambda k: store.upload_file(files[k], k), missing, workers)
+    for archive_key in missing:
+        counts = uploaded_contexts if archive_key in contexts else uploaded
+        counts[owner[archive_key][0]] += 1
 
     reports: list[PublishReport] = []
     written: set[str] = set()
@@ -132,6 +148,7 @@ def publish_datasets(
                 archives_uploaded=uploaded[index],
                 manifest_uploaded=upload,
                 broken=tuple(t.name for t in prepared.dataset.broken),
+                environments_uploaded=uploaded_contexts[index],
             )
         )
     return reports

@@ -7,7 +7,10 @@ cluster and the operator check it; a Secret beside it, as `rollout render` write
 alone); JSON that is a list, or one registry dataset (it has `tasks`), or registry datasets under
 `datasets` without `agents`, is a registry; other YAML or JSON is a job.yaml. A file named
 registry.json is a registry unless it has `agents`. Prints `ok <path> (<kind>)` for each valid
-input, or each problem with its file and field, and exits 1 when anything is invalid.
+input, or each problem with its file and field, and exits 1 when anything is invalid. For tasks
+(alone, in a dataset or in a job) it prints where each task's image comes from first:
+`image <task>: pull <image>`, `lift <image>` (a Dockerfile that needs no build runs its FROM
+image) or `build environment/Dockerfile` (`rollout.api.images`).
 
 A job file gets every check `rollout run` and `rollout render` make, in their words (they share
 `rollout.cli.prepare.check_job`): each `${VAR}` of agent env must be set here (--no-env: a
@@ -34,7 +37,13 @@ from rollout.api.errors import InvalidInput, Problem
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
 from rollout.api.taskdir import load_task
-from rollout.cli.prepare import EnvValues, cache_dir, check_job, unhonoured_problems
+from rollout.cli.prepare import (
+    EnvValues,
+    cache_dir,
+    check_job,
+    image_plans,
+    unhonoured_problems,
+)
 from rollout.datasets.registry import load_registry
 
 EPILOG = """\
@@ -89,6 +98,15 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 @dataclass(frozen=True)
+class Findings:
+    """What a valid input's checks found besides its validity: warnings, and where its tasks'
+    images come from."""
+
+    warnings: list[Problem]
+    images: list[str]
+
+
+@dataclass(frozen=True)
 class JobChecks:
     """How a job file is checked: the environment its `${VAR}` come from, where registry
     datasets are fetched to, and what --no-env and --offline asked for."""
@@ -99,9 +117,9 @@ class JobChecks:
     fetch: bool = True
     local: bool = False
 
-    def check(self, path: Path) -> list[Problem]:
+    def check(self, path: Path) -> Findings:
         """A job file is valid when run would accept it and all its tasks can run (what
-        `rollout run --strict` asks); its warnings."""
+        `rollout run --strict` asks); its warnings and its tasks' images."""
         checked = check_job(
             path,
             self.environ,
@@ -112,7 +130,9 @@ class JobChecks:
         )
         if unrunnable := checked.task_problems():
             raise InvalidInput(unrunnable)
-        return checked.warnings
+        loaded = [d for d in checked.datasets if d is not None]
+        force = checked.job.environment.force_build
+        return Findings(checked.warnings, image_plans(loaded, force_build=force))
 
 
 def validate_paths(paths: list[Path], out: TextIO, checks: JobChecks) -> int:
@@ -126,7 +146,10 @@ def validate_paths(paths: list[Path], out: TextIO, checks: JobChecks) -> int:
             for problem in err.problems:
                 print(f"error {problem}", file=out)
         else:
-            for warning in warnings if isinstance(warnings, list) else []:
+            found = warnings if isinstance(warnings, Findings) else Findings([], [])
+            for line in found.images:
+                print(f"image {line}", file=out)
+            for warning in found.warnings:
                 print(f"warning {warning}", file=out)
             print(f"ok {path} ({kind})", file=out)
     return 1 if failed else 0
@@ -134,7 +157,7 @@ def validate_paths(paths: list[Path], out: TextIO, checks: JobChecks) -> int:
 
 def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]:
     """Decide what a path is from its shape, so that each kind gets its own checks. A check
-    raises InvalidInput, or returns its warnings (a list of Problems) or anything else."""
+    raises InvalidInput, or returns its `Findings` or anything else."""
     if path.is_dir():
         if (path / "task.toml").exists():
             return "task", check_task
@@ -152,18 +175,20 @@ def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]
     return "file", _unknown_kind
 
 
-def check_task(path: Path) -> list[Problem]:
-    """A task directory: its problems, else its warnings (keys a trial cannot honour)."""
-    return unhonoured_problems([load_task(path)])
+def check_task(path: Path) -> Findings:
+    """A task directory: its problems, else its warnings (keys a trial cannot honour) and its
+    image."""
+    task = load_task(path)
+    return Findings(unhonoured_problems([task]), image_plans([task]))
 
 
-def check_dataset(path: Path) -> list[Problem]:
+def check_dataset(path: Path) -> Findings:
     """A dataset directory is valid when every task in it is (`rollout run` would run the
-    others, and fail the broken ones' trials); its warnings."""
+    others, and fail the broken ones' trials); its warnings and its tasks' images."""
     dataset = load_local_dataset(path)
     if problems := dataset.problems():
         raise InvalidInput(problems)
-    return unhonoured_problems([dataset])
+    return Findings(unhonoured_problems([dataset]), image_plans([dataset]))
 
 
 def _manifests(path: Path) -> list[dict[str, Any]] | None:

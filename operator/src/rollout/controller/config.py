@@ -17,10 +17,25 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from rollout.api.images import ENVIRONMENT_IMAGE_REPOSITORY
 from rollout.api.job_settings import LogLevel
-from rollout.api.resources import PodOverrides, StorageSpec
+from rollout.api.resources import Builder, BuilderType, PodOverrides, StorageSpec
+from rollout.controller.builds import (
+    DEFAULT_BUILD_PLATFORM,
+    DEFAULT_BUILDER_IMAGES,
+    BuildSettings,
+    check_registry,
+    check_repository,
+)
 from rollout.controller.options import (
     DEFAULT_PEERING,
     PULL_POLICIES,
@@ -136,6 +151,72 @@ class OperatorConfig(BaseModel):
         description="The price of one unit of each resource for one hour, which gives each "
         "trial a cost (`rollout.controller.cost`); None: no prices, every cost is null.",
     )
+
+    image_registry: str | None = Field(
+        None,
+        description="Registry (host[:port]) built images are pushed to and looked up in; "
+        "None: no in-cluster builds.",
+    )
+    image_repository: str = Field(
+        ENVIRONMENT_IMAGE_REPOSITORY, description="Repository of built images in the registry."
+    )
+    image_pull_registry: str | None = Field(
+        None, description="The registry's address as the nodes pull from it; None: the same."
+    )
+    image_registry_plain_http: bool = Field(
+        False, description="Reach the registry over plain HTTP (no TLS)."
+    )
+    image_push_secret: str | None = Field(
+        None, description="dockerconfigjson Secret build Pods push with (in each namespace)."
+    )
+    image_pull_secret: str | None = Field(
+        None, description="Secret trial Pods of built images pull with (in each namespace)."
+    )
+    image_registry_config: str | None = Field(
+        None, description="The operator's own .dockerconfigjson file for registry look-ups."
+    )
+    builder: BuilderType = Field(BuilderType.BUILDKIT, description="buildkit or buildah.")
+    builder_image: str | None = Field(
+        None, description="The builder's image; None: the pinned default of the builder."
+    )
+    build_platform: str = Field(
+        DEFAULT_BUILD_PLATFORM, min_length=1, description="Platform images are built for."
+    )
+    build_poll_sec: float = Field(
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds between two looks at a running build Pod.",
+    )
+
+    @field_validator("image_registry", "image_pull_registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        return check_registry(value) if value is not None else None
+
+    @field_validator("image_repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        return check_repository(value)
+
+    @property
+    def builds(self) -> BuildSettings | None:
+        """How images are built in the cluster; None when no registry is configured."""
+        if self.image_registry is None:
+            return None
+        return BuildSettings(
+            registry=self.image_registry,
+            repository=self.image_repository,
+            pull_registry=self.image_pull_registry or self.image_registry,
+            plain_http=self.image_registry_plain_http,
+            push_secret=self.image_push_secret,
+            pull_secret=self.image_pull_secret,
+            builder=Builder(
+                type=self.builder,
+                image=self.builder_image or DEFAULT_BUILDER_IMAGES[self.builder],
+            ),
+            platform=self.build_platform,
+        )
 
     @model_validator(mode="before")
     @classmethod

@@ -13,7 +13,8 @@ not its spec with the inline shim.
 Keys:
 - trials by the uid of the RolloutJob that owns them (a job deleted and created again under the
   same name never sees the old job's trials);
-- Pods by (namespace, trial name), from their owner reference to the RolloutTrial.
+- Pods by (namespace, trial name), from their owner reference to the RolloutTrial;
+- RolloutImages by (namespace, name): what a trial waiting for a built image needs to know.
 """
 
 from __future__ import annotations
@@ -28,7 +29,17 @@ from rollout.api.aggregate import TrialOutcome
 from rollout.api.environment import EnvironmentType
 from rollout.api.errors import ErrorType
 from rollout.api.failures import FailureClass
-from rollout.api.resources import LABEL_TRIAL, RolloutJob, RolloutTrial, TrialPhase
+from rollout.api.images import pinned_reference
+from rollout.api.resources import (
+    LABEL_TRIAL,
+    ImagePhase,
+    ImageReason,
+    RolloutJob,
+    RolloutTrial,
+    TrialConditionReason,
+    TrialConditionType,
+    TrialPhase,
+)
 from rollout.api.trials import TrialKey, child_name
 from rollout.controller.podfields import timestamp
 
@@ -58,6 +69,10 @@ class TrialEntry:
     infra_retries: int = 0
     deleting: bool = False
     created_at: datetime | None = None
+    image_build: str | None = None
+    """The RolloutImage whose image the trial runs (an image built in the cluster)."""
+    waiting_for_image: bool = False
+    """Its status says it waits for that image (so it is not said again)."""
 
     @property
     def key(self) -> TrialKey:
@@ -203,7 +218,20 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
         infra_retries=retries if isinstance(retries, int) and retries >= 0 else 0,
         deleting=bool(metadata.get("deletionTimestamp")),
         created_at=timestamp(metadata.get("creationTimestamp")),
+        image_build=str(spec["imageBuild"]) if spec.get("imageBuild") else None,
+        waiting_for_image=_waits_for_image(status),
     )
+
+
+def _waits_for_image(status: Mapping[str, Any]) -> bool:
+    for condition in status.get("conditions") or []:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == TrialConditionType.POD_READY
+            and condition.get("reason") == TrialConditionReason.WAITING_FOR_IMAGE
+        ):
+            return True
+    return False
 
 
 def index_trial(body: Mapping[str, Any]) -> dict[str, TrialEntry] | None:
@@ -286,3 +314,74 @@ def newer(a: str, b: str) -> bool:
     if a.isdigit() and b.isdigit():
         return int(a) > int(b)
     return a != b
+
+
+# --- RolloutImages --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ImageEntry:
+    """A RolloutImage as the trials waiting for it need it."""
+
+    namespace: str
+    name: str
+    uid: str
+    pull_image: str
+    image_hash: str | None = None
+    phase: ImagePhase | None = None
+    reason: ImageReason | None = None
+    message: str | None = None
+    digest: str | None = None
+    log_uri: str | None = None
+    completed_at: datetime | None = None
+    deleting: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.phase == ImagePhase.READY and self.digest is not None
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == ImagePhase.FAILED
+
+    @property
+    def pinned_image(self) -> str:
+        """The image as a trial Pod runs it: pinned to its digest once known."""
+        return pinned_reference(self.pull_image, self.digest) if self.digest else self.pull_image
+
+
+def image_entry(body: Mapping[str, Any]) -> ImageEntry:
+    """The index value of a RolloutImage object."""
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+
+    def text(value: Any) -> str | None:
+        return str(value) if value else None
+
+    def enum(kind: type[ImagePhase] | type[ImageReason], value: Any) -> Any:
+        try:
+            return kind(value) if value is not None else None
+        except ValueError:
+            return None
+
+    return ImageEntry(
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        pull_image=str(spec.get("pullImage") or spec.get("image") or ""),
+        image_hash=text(spec.get("imageHash")),
+        phase=enum(ImagePhase, status.get("phase")),
+        reason=enum(ImageReason, status.get("reason")),
+        message=text(status.get("message")),
+        digest=text(status.get("digest")),
+        log_uri=text(status.get("logUri")),
+        completed_at=timestamp(status.get("completedAt")),
+        deleting=bool(metadata.get("deletionTimestamp")),
+    )
+
+
+def index_image(body: Mapping[str, Any]) -> dict[tuple[str, str], ImageEntry] | None:
+    """`{(namespace, name): entry}` for kopf's images index."""
+    entry = image_entry(body)
+    return {(entry.namespace, entry.name): entry} if entry.namespace and entry.name else None

@@ -23,7 +23,10 @@ wait on a grace period. In this order:
    created in the seed's order while fewer than nConcurrentTrials are unfinished, each with its
    Pod right away; a trial that cannot run fails at once, with no Pod: its task is broken
    (task_invalid, task_not_found), the oracle has no solution to run (task_invalid), or its
-   image would need a build;
+   image needs a build that cannot run (`builds.plan_image`). A trial whose image is built in
+   the cluster gets its Pod once the image is Ready: the RolloutImage that builds it is made
+   first (`EnsureImage`; an existing one is kept, one that failed before this job began is made
+   anew), and waiting trials count as unfinished;
 7. the status, only from a settled view: a decision that writes trials leaves it to the next
    look, which the reconciler takes at once. It is worked out at most once per status interval
    unless urgent; once every trial has finished, the job's files are written to storage first
@@ -38,17 +41,16 @@ from datetime import datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType
-from rollout.api.failures import BUILD_NOT_RUN
-from rollout.api.images import image_build_message
 from rollout.api.plan import PlannedTrial
 from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec, TrialPhase
 from rollout.api.results import JobResult
 from rollout.api.trial_spec import task_error
+from rollout.controller.builds import BuildRefused, ImageBuild, image_manifest, plan_image
 from rollout.controller.config import OperatorConfig
 from rollout.controller.cost import trial_cost
 from rollout.controller.finish import job_result
 from rollout.controller.gauges import TrialGauges, trial_gauges
-from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
+from rollout.controller.index import ImageEntry, PodEntry, TrialEntry, pod_name_for
 from rollout.controller.jobspec import Invalid, JobSpec, Planned, StorageUnavailable, Unplanned
 from rollout.controller.netpolicy import PolicyPlan
 from rollout.controller.planner import all_finished, next_to_create, unfinished_count
@@ -121,6 +123,10 @@ class JobView:
     """The job's config.json is known to be in storage (this reconciler wrote or found it)."""
     policies_made: bool = False
     """The job's NetworkPolicies are known to exist (for this generation)."""
+    images: Mapping[str, ImageEntry] = field(default_factory=dict)
+    """The RolloutImages of the job's namespace, by name."""
+    created_at: datetime | None = None
+    """When the job was made: an image that failed before was another job's failure."""
 
 
 # --- what it does ---------------------------------------------------------------------------------
@@ -156,11 +162,21 @@ class NewTrials:
 @dataclass(frozen=True)
 class CreateTrial:
     """Create a trial (an existing one is accepted) and, when it is new, its first Pod, or fail
-    it at once with `failed` (it cannot run: its status and record)."""
+    it at once with `failed` (it cannot run: its status and record).
+
+    A trial whose image is built in the cluster (`build`) gets its Pod now only when the image
+    is Ready already (`image`); else its Pod waits for the image (`trials.decide`).
+    """
 
     trial: PlannedTrial
     made_from: NewTrials
     failed: PatchStatus | None = None
+    build: ImageBuild | None = None
+    image: ImageEntry | None = None
+
+    @property
+    def creates_pod(self) -> bool:
+        return self.failed is None and (self.build is None or self.image is not None)
 
     @property
     def name(self) -> str:
@@ -181,7 +197,21 @@ class CreateTrial:
             job_uid=new.job_uid,
             storage=new.storage,
             runner_image=new.runner_image,
+            build=self.build,
         )
+
+
+@dataclass(frozen=True)
+class EnsureImage:
+    """Make a RolloutImage (one of that name is kept as it is); `renew`: first delete the one
+    of that uid, which failed before this job began (a failure is built again for a new job)."""
+
+    manifest: dict[str, Any]
+    renew: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["metadata"]["name"])
 
 
 @dataclass(frozen=True)
@@ -237,6 +267,7 @@ class DeleteJob:
 JobAction = (
     ResolveDatasets
     | TrialStep
+    | EnsureImage
     | CreateTrial
     | WriteJobConfig
     | CreateNetworkPolicies
@@ -280,8 +311,11 @@ def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
         return JobDecision(_patch(view.status, unavailable), requeue_after=STORAGE_RETRY_SEC)
     steps, waiting = _trial_steps(view, spec, config)
     creations = _creations(view, spec, config)
+    images = _image_actions(view, spec, creations, config)
     if creations or any(_writes_trial(step) for step in steps):
-        decision = JobDecision((*steps, *creations), waiting=waiting)
+        decision = JobDecision((*steps, *images, *creations), waiting=waiting)
+    elif images:
+        decision = JobDecision((*steps, *images), waiting=waiting)
     else:
         decision = _status(view, spec, steps, waiting)
     first: list[JobAction] = []
@@ -382,6 +416,8 @@ def _trial_steps(
             pod_requested=look.pod_created,
             pod_deleted=look.pod_deleted,
             previous_pod=look.previous_pod,
+            image=view.images.get(trial.image_build) if trial.image_build else None,
+            stale_before=view.created_at,
         )
         if look.pod_deleting:
             action = _without_pod_deletion(action)
@@ -430,40 +466,99 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
         runner_image=job.spec.runner_image or config.runner_image,
     )
     place = TrialPlace(planned.storage, job.job_name)
-    return [
-        CreateTrial(trial, new, _fails_at_creation(view, job, place, trial, config.unit_prices))
-        for trial in chosen
-    ]
+    creations: list[CreateTrial] = []
+    for trial in chosen:
+        failed, build = _at_creation(view, job, place, trial, config)
+        ready = view.images.get(build.name) if build is not None else None
+        image = ready if ready is not None and ready.ready else None
+        creations.append(CreateTrial(trial, new, failed, build, image))
+    return creations
 
 
-def _fails_at_creation(
+def _at_creation(
     view: JobView,
     job: RolloutJob,
     place: TrialPlace,
     trial: PlannedTrial,
-    prices: UnitPrices | None,
-) -> PatchStatus | None:
-    """The failure of a new trial that cannot run (None: it can): its task's error (seed 000:
-    "For task_invalid and task_not_found errors, no container is started"), else the need of an
-    image build."""
-    cost = trial_cost(None, None, prices, now=view.now)  # nothing ran: 0 with prices
+    config: OperatorConfig,
+) -> tuple[PatchStatus | None, ImageBuild | None]:
+    """A new trial's failure when it cannot run (seed 000: "For task_invalid and task_not_found
+    errors, no container is started"; or its image needs a build that cannot run), else the
+    image build it waits for (None: its image is pulled)."""
+    cost = trial_cost(None, None, config.unit_prices, now=view.now)  # nothing ran: 0 with prices
     if (error := task_error(trial)) is not None:
-        return fail_trial(trial.key, place, error.type, error.message, view.now, cost=cost)
-    message = image_build_message(
-        trial.key.task, trial.task.config, force_build=job.spec.environment.force_build
+        return fail_trial(trial.key, place, error.type, error.message, view.now, cost=cost), None
+    plan = plan_image(
+        trial,
+        force_build=job.spec.environment.force_build,
+        settings=config.builds,
+        job_uid=view.uid,
     )
-    if message is None:
-        return None
-    # The build never ran (this version has no builder): the infrastructure's, not the task's.
-    return fail_trial(
-        trial.key,
-        place,
-        ErrorType.ENVIRONMENT_BUILD_FAILED,
-        message,
-        view.now,
-        cost=cost,
-        class_override=BUILD_NOT_RUN,
-    )
+    if isinstance(plan, BuildRefused):
+        failed = fail_trial(
+            trial.key,
+            place,
+            ErrorType.ENVIRONMENT_BUILD_FAILED,
+            plan.message,
+            view.now,
+            cost=cost,
+            class_override=plan.failure_class,
+        )
+        return failed, None
+    return None, plan
+
+
+def _image_actions(
+    view: JobView, planned: Planned, creations: Sequence[CreateTrial], config: OperatorConfig
+) -> list[EnsureImage]:
+    """The RolloutImages to make: those of the trials made now, and those of the trials looked
+    at whose image is gone or failed before this job began."""
+    settings = config.builds
+    if settings is None:
+        return []
+    wanted: dict[str, tuple[ImageBuild, PlannedTrial]] = {}
+    for creation in creations:
+        if creation.build is not None and creation.failed is None:
+            wanted.setdefault(creation.build.name, (creation.build, creation.trial))
+    for look in view.looks:
+        trial = look.trial
+        if trial.image_build is None or trial.finished or trial.image_build in wanted:
+            continue
+        planned_trial = planned.plan.by_name.get(trial.name)
+        if planned_trial is None:
+            continue
+        build = plan_image(
+            planned_trial,
+            force_build=planned.job.spec.environment.force_build,
+            settings=settings,
+            job_uid=view.uid,
+        )
+        if isinstance(build, ImageBuild) and build.name == trial.image_build:
+            wanted[build.name] = (build, planned_trial)
+    actions: list[EnsureImage] = []
+    for name, (build, first) in wanted.items():
+        found = view.images.get(name)
+        stale = found is not None and found.failed and _failed_before(found, view.created_at)
+        if found is not None and (found.deleting or not stale):
+            continue
+        manifest = image_manifest(
+            build,
+            first,
+            job=planned.job,
+            job_uid=view.uid,
+            namespace=view.namespace,
+            storage=planned.storage,
+            settings=settings,
+        )
+        actions.append(EnsureImage(manifest, renew=found.uid if found is not None else None))
+    return actions
+
+
+def _failed_before(image: ImageEntry, moment: datetime | None) -> bool:
+    """Whether a failed image failed before `moment` (the job's start): another job's failure."""
+    if moment is None:
+        return False
+    return image.completed_at is None or image.completed_at < moment
 
 
 def _status_urgent(view: JobView, job: RolloutJob, done: bool) -> bool:

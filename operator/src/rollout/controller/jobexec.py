@@ -40,6 +40,7 @@ from rollout.controller.jobdecide import (
     CreateNetworkPolicies,
     CreateTrial,
     DeleteJob,
+    EnsureImage,
     JobAction,
     PatchJobStatus,
     ReportGauges,
@@ -56,8 +57,14 @@ from rollout.controller.pod import render_trial_pod
 from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.runtime import Runtime
 from rollout.controller.status import status_patch
-from rollout.controller.trial_files import keep_try, set_cost, write_record
-from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod, fail_trial
+from rollout.controller.trial_files import copy_build_log, keep_try, set_cost, write_record
+from rollout.controller.trials import (
+    CreatePod,
+    DeletePod,
+    PatchStatus,
+    RetryPod,
+    fail_trial,
+)
 from rollout.storage import ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
@@ -123,6 +130,9 @@ class JobExecutor:
                 case TrialStep(trial=trial, action=step, place=place):
                     if await self._trial_step(trial, step, place, now):
                         done.trials_written = True
+                case EnsureImage():
+                    if not self.leaving():
+                        await self._ensure_image(action)
                 case CreateTrial():
                     # Checked before each: the job may go while its trials are created.
                     if not self.leaving():
@@ -200,6 +210,14 @@ class JobExecutor:
             for action in actions
             if isinstance(action, TrialStep) and isinstance(action.action, PatchStatus)
         ]
+        # A failed build's log first: a record that points at it finds it there.
+        logs = {step.build_log.key: step.build_log for step in steps if step.build_log}
+        await self._in_threads(
+            [
+                (self.runtime.stores.for_spec(log.storage), copy_build_log, log)
+                for log in logs.values()
+            ]
+        )
         await self.write_records(step.record for step in steps)
         costs = [step.cost for step in steps if step.cost is not None]
         await self._in_threads(
@@ -244,7 +262,16 @@ class JobExecutor:
                     # rest (the new Pod does not exist yet, so nothing of it is moved).
                     store = self.runtime.stores.for_spec(keep.storage)
                     await asyncio.to_thread(keep_try, store, keep)
-                return await self._create_pod(body, trial, place, pod_name, retry, now)
+                return await self._create_pod(
+                    body,
+                    trial,
+                    place,
+                    pod_name,
+                    retry,
+                    now,
+                    image=step.image,
+                    setup_since=step.setup_since,
+                )
             case DeletePod(pod_name=pod_name):
                 await self._delete_pod(pod_name)
                 return False
@@ -286,12 +313,23 @@ class JobExecutor:
         pod_name: str,
         retry: int,
         now: datetime,
+        *,
+        image: str | None = None,
+        setup_since: datetime | None = None,
     ) -> bool:
-        """Create the trial's Pod; True when instead the trial was failed (no Pod can be made)."""
+        """Create the trial's Pod; True when instead the trial was failed (no Pod can be made).
+
+        `image`: the image built for it (pinned); `setup_since`: when its environment setup
+        began, if before now (it waited for that image)."""
         config = self.runtime.config
         try:
             pod = render_trial_pod(
-                body, config=config, pod_name=pod_name, retry=retry, created_at=datetime.now(UTC)
+                body,
+                config=config,
+                pod_name=pod_name,
+                retry=retry,
+                created_at=setup_since or datetime.now(UTC),
+                image=image,
             )
         except (InvalidInput, ValueError) as err:
             # Our own trial spec cannot be rendered (edited by hand?): the trial fails, the job
@@ -325,5 +363,20 @@ class JobExecutor:
             await self.write_records([create.failed.record])
             await self._finish(create.name, create.failed)
             return
+        if not create.creates_pod:
+            return  # its image is being built: its Pod waits for it (`trials.decide`)
         place = TrialPlace(create.made_from.storage, create.made_from.job.job_name)
-        await self._create_pod(body, trial, place, create.pod_name, 0, now)
+        image = create.image.pinned_image if create.image is not None else None
+        await self._create_pod(body, trial, place, create.pod_name, 0, now, image=image)
+
+    async def _ensure_image(self, ensure: EnsureImage) -> None:
+        """Make the RolloutImage (an existing one is kept); a stale failed one goes first."""
+        if ensure.renew is not None and await self.api.delete_image(
+            self.namespace, ensure.name, ensure.renew
+        ):
+            log.info(
+                "%s: RolloutImage %s failed before; building it again", self.where, ensure.name
+            )
+        _, created = await self.api.create_image(self.namespace, ensure.manifest)
+        if created:
+            log.info("%s: made RolloutImage %s", self.where, ensure.name)

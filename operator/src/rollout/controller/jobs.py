@@ -32,19 +32,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from rollout.api.resources import JobPhase, RolloutJobStatus
-from rollout.controller.index import PodEntry, TrialEntry, find_pod, pod_name_for
+from rollout.controller.index import ImageEntry, PodEntry, TrialEntry, find_pod, pod_name_for
 from rollout.controller.jobdecide import JobView, TrialLook, cancelled_records, decide_job
 from rollout.controller.jobexec import JobExecutor, PostWarning
 from rollout.controller.jobspec import JobSpec, Planned, StorageUnavailable, parse_job
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pacing import RESYNC_SEC, Pacer, recheck_delay
+from rollout.controller.podfields import timestamp
 from rollout.controller.runtime import Runtime
 from rollout.controller.ttl import ttl_after_finished
 
@@ -56,6 +57,7 @@ status); a pass still unsettled after them is followed by the next at once."""
 
 TrialsIndex = Mapping[str, Iterable[TrialEntry]]
 PodsIndex = Mapping[tuple[str, str], Iterable[PodEntry]]
+ImagesIndex = Mapping[tuple[str, str], Iterable[ImageEntry]]
 
 
 class JobReconciler:
@@ -68,6 +70,7 @@ class JobReconciler:
         *,
         trials: TrialsIndex,
         pods: PodsIndex,
+        images: ImagesIndex | None = None,
         post_warning: PostWarning,
     ) -> None:
         metadata = body["metadata"]
@@ -80,6 +83,8 @@ class JobReconciler:
         self.where = f"RolloutJob {self.namespace}/{self.name}"
         self.trials_index = trials
         self.pods_index = pods
+        self.images_index: ImagesIndex = images if images is not None else {}
+        self.created_at = timestamp(metadata.get("creationTimestamp"))
         self.writes = OwnWrites()
         self.pacer = Pacer(
             status_interval_sec=config.status_interval_sec, recheck_sec=recheck_delay(config)
@@ -148,6 +153,7 @@ class JobReconciler:
         for _ in range(MAX_LOOKS):
             status = self.writes.job_status(self.body)
             trials = self.writes.trials(self.trials_index.get(self.uid, ()))
+            self._wait_for_images(trials)
             names: list[str] | None = None
             if not looked and isinstance(spec, Planned) and status.phase != JobPhase.COMPLETED:
                 # Only a job whose trials go on takes trial steps: no need to gather them else.
@@ -236,7 +242,15 @@ class JobReconciler:
             result_uri=result_uri,
             config_written=self._config_written,
             policies_made=self._policies_made,
+            images=NamespaceImages(self.images_index, self.namespace),
+            created_at=self.created_at,
         )
+
+    def _wait_for_images(self, trials: Mapping[str, TrialEntry]) -> None:
+        """Tell the runtime which RolloutImages this job's trials wait for: their changes wake
+        the job."""
+        waited = {t.image_build for t in trials.values() if t.image_build and not t.finished}
+        self.runtime.wait_for_images(self.namespace, self.name, waited)
 
     def _look(self, trial: TrialEntry | None) -> TrialLook | None:
         """A trial with its current Pod, as the index and our own recent writes have them."""
@@ -258,6 +272,27 @@ class JobReconciler:
             pod_deleting=pod_name in self.writes.pods_deleted,
             previous_pod=previous,
         )
+
+
+class NamespaceImages(Mapping[str, ImageEntry]):
+    """The RolloutImages of one namespace by name, looked up in the index on demand (the index
+    holds every namespace's, and a job asks for a few)."""
+
+    def __init__(self, index: ImagesIndex, namespace: str) -> None:
+        self._index = index
+        self._namespace = namespace
+
+    def __getitem__(self, name: str) -> ImageEntry:
+        entries = list(self._index.get((self._namespace, name), ()))
+        if not entries:
+            raise KeyError(name)
+        return entries[-1]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for namespace, name in self._index if namespace == self._namespace)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _earliest(*delays: float | None) -> float | None:

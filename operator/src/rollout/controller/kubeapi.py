@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,13 +28,14 @@ import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
-from rollout.api.resources import GROUP, VERSION, RolloutJob, RolloutTrial
+from rollout.api.resources import GROUP, VERSION, RolloutImage, RolloutJob, RolloutTrial
 from rollout.controller.metrics import OperatorMetrics
 
 T = TypeVar("T")
 
 TRIALS = RolloutTrial.resource.plural
 JOBS = RolloutJob.resource.plural
+IMAGES = RolloutImage.resource.plural
 REQUEST_TIMEOUT_SEC = 30.0
 WORKERS = 16
 
@@ -166,6 +168,27 @@ class KubeApi:
             raise
         return True
 
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Pod as the API server has it (plain JSON, not the client's models); None when
+        there is none."""
+
+        def call() -> dict[str, Any] | None:
+            try:
+                response = self.core.read_namespaced_pod(
+                    name, namespace, _request_timeout=self.timeout, _preload_content=False
+                )
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+            raw = cast(Any, response)  # urllib3's response: _preload_content=False
+            try:
+                return cast(dict[str, Any], json.loads(raw.data))
+            finally:
+                raw.release_conn()
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a Pod; True when deleted now, False when it was gone already."""
         self._count("pods", "delete")
@@ -176,6 +199,70 @@ class KubeApi:
                 return False
             raise
         return True
+
+    # --- RolloutImages
+
+    async def create_image(
+        self, namespace: str, body: Mapping[str, Any]
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """Create a RolloutImage; (the object, True), or (None, False) when one of that name
+        exists (possibly on its way out: the caller looks again later)."""
+        self._count(IMAGES, "create")
+        try:
+            created = await self._call(
+                self.custom.create_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                IMAGES,
+                dict(body),
+            )
+        except ApiException as err:
+            if err.status == 409:
+                return None, False
+            raise
+        return cast(dict[str, Any], created), True
+
+    async def delete_image(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the RolloutImage of that name if it is still the object `uid` (a newer one of
+        the same name is kept); True when deleted now."""
+        self._count(IMAGES, "delete")
+        try:
+            await self._call(
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                IMAGES,
+                name,
+                body={"preconditions": {"uid": uid}},
+            )
+        except ApiException as err:
+            if err.status in (404, 409):  # gone, or another of that name by now
+                return False
+            raise
+        return True
+
+    async def patch_image_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch a RolloutImage's status; None when it is gone."""
+        self._count(IMAGES, "patch_status")
+        try:
+            patched = await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                IMAGES,
+                name,
+                {"status": dict(status)},
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], patched)
 
     # --- NetworkPolicies
 

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from rollout.api.job_settings import LogLevel
-from rollout.api.resources import PodOverrides
+from rollout.api.resources import BuilderType, PodOverrides
 from rollout.controller.prices import parse_unit_prices
 from rollout.settings import RUNNER_IMAGE, Setting, boolean, comma_list, seconds, whole_number
 from rollout.storage.settings import (
@@ -45,6 +45,14 @@ def _log_level(text: str) -> LogLevel:
         return LogLevel(text.lower())
     except ValueError:
         names = ", ".join(level.value for level in LogLevel)
+        raise ValueError(f"{text!r} is not one of {names}") from None
+
+
+def _builder(text: str) -> BuilderType:
+    try:
+        return BuilderType(text.lower())
+    except ValueError:
+        names = ", ".join(builder.value for builder in BuilderType)
         raise ValueError(f"{text!r} is not one of {names}") from None
 
 
@@ -212,6 +220,95 @@ OPERATOR_SETTINGS: tuple[Setting, ...] = (
 )
 """The settings of `OperatorConfig`'s own fields, each named as its field."""
 
+BUILD_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "image_registry",
+        "ROLLOUT_IMAGE_REGISTRY",
+        "--image-registry",
+        "registry (host[:port]) that images built in the cluster are pushed to and looked up "
+        "in; none: tasks that need a build fail with environment_build_failed",
+        metavar="HOST",
+    ),
+    Setting(
+        "image_repository",
+        "ROLLOUT_IMAGE_REPOSITORY",
+        "--image-repository",
+        "repository of built images in that registry, e.g. evals/rollout-env (default: "
+        "rollout-env); the tag is the image's hash",
+        metavar="PATH",
+    ),
+    Setting(
+        "image_pull_registry",
+        "ROLLOUT_IMAGE_PULL_REGISTRY",
+        "--image-pull-registry",
+        "the same registry as the cluster's nodes reach it, when that differs (kind: "
+        "localhost:5001) (default: the image registry)",
+        metavar="HOST",
+    ),
+    Setting(
+        "image_registry_plain_http",
+        "ROLLOUT_IMAGE_REGISTRY_PLAIN_HTTP",
+        "--image-registry-plain-http",
+        "true: reach the registry over plain HTTP, without TLS (a local registry) (default: false)",
+        boolean,
+        "BOOL",
+    ),
+    Setting(
+        "image_push_secret",
+        "ROLLOUT_IMAGE_PUSH_SECRET",
+        "--image-push-secret",
+        "kubernetes.io/dockerconfigjson Secret that build Pods push with; it must exist in each "
+        "namespace where jobs build images (default: push without credentials)",
+        metavar="SECRET",
+    ),
+    Setting(
+        "image_pull_secret",
+        "ROLLOUT_IMAGE_PULL_SECRET",
+        "--image-pull-secret",
+        "Secret added to the imagePullSecrets of trial Pods that run a built image (default: none)",
+        metavar="SECRET",
+    ),
+    Setting(
+        "image_registry_config",
+        "ROLLOUT_IMAGE_REGISTRY_CONFIG",
+        "--image-registry-config",
+        "the operator's own registry credentials: a .dockerconfigjson file (the push Secret, "
+        "mounted), used to look images up (default: anonymous)",
+        metavar="FILE",
+    ),
+    Setting(
+        "builder",
+        "ROLLOUT_BUILDER",
+        "--builder",
+        "buildkit (rootless, the default) or buildah",
+        _builder,
+        "BUILDER",
+    ),
+    Setting(
+        "builder_image",
+        "ROLLOUT_BUILDER_IMAGE",
+        "--builder-image",
+        "the builder's image (default: a pinned release of the chosen builder)",
+        metavar="IMAGE",
+    ),
+    Setting(
+        "build_platform",
+        "ROLLOUT_BUILD_PLATFORM",
+        "--build-platform",
+        "platform images are built for (default: linux/amd64)",
+        metavar="OS/ARCH",
+    ),
+    Setting(
+        "build_poll_sec",
+        "ROLLOUT_BUILD_POLL_SEC",
+        "--build-poll-sec",
+        "seconds between two looks at a running build Pod (default: 2)",
+        seconds,
+        "SECONDS",
+    ),
+)
+"""In-cluster image builds (`rollout.controller.builds`)."""
+
 STORAGE_SETTINGS: tuple[Setting, ...] = (
     BUCKET.but(help="default bucket for RolloutJobs without spec.storage"),
     PREFIX.but(help="key prefix in the default bucket"),
@@ -222,5 +319,5 @@ STORAGE_SETTINGS: tuple[Setting, ...] = (
 )
 """The operator's default storage and its own credentials (`OperatorConfig.storage`)."""
 
-SETTINGS = OPERATOR_SETTINGS + STORAGE_SETTINGS
+SETTINGS = OPERATOR_SETTINGS + BUILD_SETTINGS + STORAGE_SETTINGS
 """Every setting of the operator, in the order of `rollout-operator --help`."""

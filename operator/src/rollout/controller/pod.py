@@ -42,6 +42,7 @@ from rollout.api.resources import (
     LABEL_JOB,
     LABEL_TASK,
     LABEL_TRIAL,
+    LocalObjectReference,
     PodOverrides,
     RolloutTrial,
     RolloutTrialSpec,
@@ -121,11 +122,14 @@ def render_trial_pod(
     pod_name: str,
     created_at: datetime,
     retry: int = 0,
+    image: str | None = None,
 ) -> dict[str, Any]:
     """The Pod manifest that runs `trial` (a RolloutTrial object: metadata and spec).
 
-    `created_at` (timezone-aware) is when the operator creates the Pod; the runner times the
-    trial's environment setup from it (`rollout.api.wire.spec.POD_CREATED_ENV_VAR`).
+    `created_at` (timezone-aware) is when the operator creates the Pod, or when the trial began
+    waiting for its image to be built; the runner times the trial's environment setup from it
+    (`rollout.api.wire.spec.POD_CREATED_ENV_VAR`). `image`: the environment's image, where it is
+    not spec.image (an image built in the cluster, pinned to its digest).
 
     Raises InvalidInput naming the RolloutTrial and the field when its spec is not valid or the
     trial is not meant to run in a Pod (another environment type), and ValueError when its
@@ -144,7 +148,16 @@ def render_trial_pod(
             "spec.environmentType",
             f"is {spec.environment_type.value!r}: the bridge controller runs this trial, not a Pod",
         )
+    if image is not None:
+        spec = spec.model_copy(update={"image": image})
     overrides = effective_pod_overrides(spec.pod, config.default_pod_overrides)
+    if spec.image_build is not None and config.image_pull_secret:
+        # A built image is pulled from the operator's registry, with its pull Secret.
+        pull = LocalObjectReference(name=config.image_pull_secret)
+        if pull not in overrides.image_pull_secrets:
+            overrides = overrides.model_copy(
+                update={"image_pull_secrets": [*overrides.image_pull_secrets, pull]}
+            )
     credentials_secret = spec.storage.credentials_secret or config.storage_credentials_secret
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

@@ -65,3 +65,37 @@ def timestamp(value: Any) -> datetime | None:
     if not isinstance(value, datetime) or value.utcoffset() is None:
         return None
     return value
+
+
+def said(reason: Any, message: Any) -> str:
+    """` (Reason: message)`, the kubelet's (or the scheduler's) words as they are; empty when
+    it said nothing."""
+    parts = [str(p).strip() for p in (reason, message) if p and str(p).strip()]
+    return f" ({': '.join(parts)})" if parts else ""
+
+
+def pod_condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The Pod status's condition of type `kind` (PodScheduled, DisruptionTarget, ...)."""
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return None
+
+
+def seconds_since(since: datetime | None, now: datetime) -> float:
+    """Seconds from `since` to `now`; 0 when the Pod does not say when (it then keeps waiting)."""
+    if since is None or since.tzinfo is None:
+        return 0.0
+    return (now - since).total_seconds()
+
+
+def pull_start(pod: Mapping[str, Any]) -> datetime | None:
+    """When pulling images could begin: when the Pod was scheduled, else when it was made."""
+    scheduled = pod_condition(pod.get("status") or {}, "PodScheduled")
+    if (
+        scheduled is not None
+        and scheduled.get("status") == "True"
+        and (at := timestamp(scheduled.get("lastTransitionTime"))) is not None
+    ):
+        return at
+    return created_at(pod)

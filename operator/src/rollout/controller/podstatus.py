@@ -38,7 +38,15 @@ from rollout.api.resources import TrialPhase
 from rollout.api.wire.termination import TerminationMessage
 from rollout.controller.config import OperatorConfig
 from rollout.controller.pod import ENVIRONMENT_CONTAINER, RUNNER_CONTAINER
-from rollout.controller.podfields import container_statuses, terminated_state, timestamp
+from rollout.controller.podfields import (
+    container_statuses,
+    pod_condition,
+    pull_start,
+    said,
+    seconds_since,
+    terminated_state,
+    timestamp,
+)
 
 # --- verdicts -------------------------------------------------------------------------------------
 
@@ -193,17 +201,17 @@ def _finished(terminated: Mapping[str, Any]) -> Finished | None:
 
 def _lost(pod: Mapping[str, Any], status: Mapping[str, Any]) -> Lost | None:
     reason = str(status.get("reason") or "")
-    said = _said(reason, status.get("message"))
+    told = said(reason, status.get("message"))
     if reason in LOST_POD_REASONS or (
         reason.startswith("OutOf") and status.get("phase") == "Failed"
     ):
         what = LOST_POD_REASONS.get(reason, "was refused by its node")
-        return Lost(f"The trial's Pod {what}{said}.")
-    disruption = _condition(status, "DisruptionTarget")
+        return Lost(f"The trial's Pod {what}{told}.")
+    disruption = pod_condition(status, "DisruptionTarget")
     if disruption is not None and disruption.get("status") == "True":
         return Lost(
             "The trial's Pod is being taken away by the cluster"
-            f"{_said(disruption.get('reason'), disruption.get('message'))}."
+            f"{said(disruption.get('reason'), disruption.get('message'))}."
         )
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return Lost("The trial's Pod is being deleted before the trial finished.")
@@ -211,7 +219,7 @@ def _lost(pod: Mapping[str, Any], status: Mapping[str, Any]) -> Lost | None:
     if runner_end.get("reason") in LOST_CONTAINER_REASONS:
         return Lost(
             "The runner container of the trial's Pod was lost"
-            f"{_said(runner_end.get('reason'), runner_end.get('message'))}."
+            f"{said(runner_end.get('reason'), runner_end.get('message'))}."
         )
     return None
 
@@ -222,17 +230,17 @@ def _deadline_exceeded(
     """The kubelet ended the Pod at activeDeadlineSeconds, before the runner reported."""
     deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
     within = f" within its deadline of {deadline}s" if deadline else " within its deadline"
-    said = _said("DeadlineExceeded", status.get("message"))
+    told = said("DeadlineExceeded", status.get("message"))
     if terminated_state(runner) is None and "running" not in (runner.get("state") or {}):
         # The runner never ran: the Pod could not start (e.g. a Secret it mounts is missing).
         return Failed(
             ErrorType.ENVIRONMENT_START_FAILED,
-            f"The trial's Pod did not start{within}{said}; `kubectl describe pod` and the "
+            f"The trial's Pod did not start{within}{told}; `kubectl describe pod` and the "
             "namespace's events say what held it (often a missing Secret or volume).",
         )
     return Failed(
         ErrorType.INTERNAL_ERROR,
-        f"The trial's runner did not finish{within}{said}.",
+        f"The trial's runner did not finish{within}{told}.",
     )
 
 
@@ -240,7 +248,7 @@ def _runner_ended_without_message(
     runner_end: Mapping[str, Any], environment: Mapping[str, Any]
 ) -> Failed:
     code = runner_end.get("exitCode")
-    runner_said = _said(runner_end.get("reason"), None)
+    runner_said = said(runner_end.get("reason"), None)
     environment_end = terminated_state(environment)
     if (
         environment_end is not None
@@ -250,7 +258,7 @@ def _runner_ended_without_message(
         return Failed(
             ErrorType.ENVIRONMENT_START_FAILED,
             f"The environment container exited with code {environment_end.get('exitCode')}"
-            f"{_said(environment_end.get('reason'), environment_end.get('message'))} before "
+            f"{said(environment_end.get('reason'), environment_end.get('message'))} before "
             f"the trial could run, and the runner then ended with code {code} without a "
             "result.",
         )
@@ -274,20 +282,20 @@ def _image_or_start_failure(
         state = container.get("state") or {}
         problem = state.get("waiting") or state.get("terminated") or {}
         reason = problem.get("reason") or ""
-        said = _said(reason, problem.get("message"))
+        told = said(reason, problem.get("message"))
         image = container.get("image") or _spec_image(pod, name) or "its image"
         if reason in IMAGE_PULL_HOPELESS or (
             reason in IMAGE_PULL_RETRYING
-            and _seconds_since(_pull_start(pod, status), now) >= config.image_pull_grace_sec
+            and seconds_since(pull_start(pod), now) >= config.image_pull_grace_sec
         ):
             if name == ENVIRONMENT_CONTAINER:
                 return Failed(
                     ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED,
-                    f"The environment image {image} could not be pulled{said}.",
+                    f"The environment image {image} could not be pulled{told}.",
                 )
             return Failed(
                 ErrorType.INTERNAL_ERROR,
-                f"The runner image {image} could not be pulled{said}. This is a problem of the "
+                f"The runner image {image} could not be pulled{told}. This is a problem of the "
                 "operator's installation (its runner image or pull secrets), not of the task.",
             )
         if reason in CONTAINER_START_ERRORS:
@@ -295,11 +303,11 @@ def _image_or_start_failure(
                 # A missing Secret or key is the job's configuration, wherever it is referenced.
                 return Failed(
                     ErrorType.ENVIRONMENT_START_FAILED,
-                    f"The {name} container of the trial's Pod could not be started{said}.",
+                    f"The {name} container of the trial's Pod could not be started{told}.",
                 )
             return Failed(
                 ErrorType.INTERNAL_ERROR,
-                f"The runner container could not be started{said}. This is a problem of the "
+                f"The runner container could not be started{told}. This is a problem of the "
                 "runner image, not of the task.",
             )
     return None
@@ -308,20 +316,20 @@ def _image_or_start_failure(
 def _unschedulable(
     pod: Mapping[str, Any], status: Mapping[str, Any], now: datetime, config: OperatorConfig
 ) -> Failed | None:
-    scheduled = _condition(status, "PodScheduled")
+    scheduled = pod_condition(status, "PodScheduled")
     if scheduled is None or scheduled.get("status") != "False":
         return None
     if scheduled.get("reason") != "Unschedulable":
         return None
     since = timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
-    waited = _seconds_since(since, now)
+    waited = seconds_since(since, now)
     if waited < config.unschedulable_grace_sec:
         return None
     asked = _environment_request(pod)
     return Failed(
         ErrorType.ENVIRONMENT_RESOURCE_ALLOCATION_FAILED,
         f"No node could take the trial's Pod for {waited:.0f}s"
-        f"{_said('Unschedulable', scheduled.get('message'))}"
+        f"{said('Unschedulable', scheduled.get('message'))}"
         + (f". The environment asks for {asked}." if asked else "."),
     )
 
@@ -333,45 +341,13 @@ def _waiting_reason(
         waiting = (container.get("state") or {}).get("waiting")
         if isinstance(waiting, Mapping) and waiting.get("reason"):
             return str(waiting["reason"])
-    scheduled = _condition(status, "PodScheduled")
+    scheduled = pod_condition(status, "PodScheduled")
     if scheduled is not None and scheduled.get("status") == "False":
         return str(scheduled.get("reason") or "Unscheduled")
     return None
 
 
 # --- small readers --------------------------------------------------------------------------------
-
-
-def _said(reason: Any, message: Any) -> str:
-    """` (Reason: message)`, the kubelet's words as they are; empty when it said nothing."""
-    parts = [str(p).strip() for p in (reason, message) if p and str(p).strip()]
-    return f" ({': '.join(parts)})" if parts else ""
-
-
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for condition in status.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == kind:
-            return condition
-    return None
-
-
-def _seconds_since(since: datetime | None, now: datetime) -> float:
-    """Seconds from `since` to `now`; 0 when the Pod does not say when (it then keeps waiting)."""
-    if since is None or since.tzinfo is None:
-        return 0.0
-    return (now - since).total_seconds()
-
-
-def _pull_start(pod: Mapping[str, Any], status: Mapping[str, Any]) -> datetime | None:
-    """When pulling could begin: when the Pod was scheduled, else when it was created."""
-    scheduled = _condition(status, "PodScheduled")
-    if (
-        scheduled is not None
-        and scheduled.get("status") == "True"
-        and (at := timestamp(scheduled.get("lastTransitionTime"))) is not None
-    ):
-        return at
-    return timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _ended_first(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:

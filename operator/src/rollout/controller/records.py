@@ -109,17 +109,19 @@ def failure_record(
     pod_name: str | None,
     ended_at: datetime,
     cost: float | None = None,
+    in_setup: bool = False,
 ) -> OperatorRecord:
     """The record of a trial that ended without its runner's: `error` at `ended_at`.
 
     The trial started when its (current) Pod was created, or, with no Pod known, when the trial
-    was (`created_at`); it was in environment setup throughout while the runner never ran.
+    was (`created_at`); it was in environment setup throughout while the runner never ran (or,
+    `in_setup`, while it waited for its image to be built, with no Pod yet).
     """
     result = failed_result(
         trial,
         started=pod_created_at(pod) or created_at or ended_at,
         ended=ended_at,
-        in_setup=pod is not None and not runner_started(pod),
+        in_setup=in_setup or (pod is not None and not runner_started(pod)),
         error=error,
         failure_class=failure_class,
         tries=tries,

@@ -1,10 +1,12 @@
 """What the operator's handlers share, kept in kopf's memo: configuration, API client, stores,
-the dataset cache, metrics, and the wake-up calls between event handlers and job reconcilers.
+the dataset cache, the registry credentials, metrics, and the wake-up calls between event
+handlers and job reconcilers.
 
 Each RolloutJob has one reconciler (a kopf daemon) that sleeps until something about the job
 changes. The event handlers of jobs, trials and trial Pods only `wake` it: many events in a burst
 wake it once, and it then looks at everything at once (the index is already up to date, since
-kopf indexes an event before it calls the handlers).
+kopf indexes an event before it calls the handlers). A RolloutImage's change wakes the jobs whose
+trials wait for it: each job's reconciler says which images it waits for (`wait_for_images`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -25,6 +27,7 @@ from rollout.controller.datasets import DatasetResolver
 from rollout.controller.index import owner_name, owner_uid
 from rollout.controller.kubeapi import KubeApi
 from rollout.controller.metrics import OperatorMetrics
+from rollout.controller.registry import DockerConfig
 
 DELETED_POD_MEMORY_SEC = 600.0
 """How long a Pod's deletion is remembered: long enough for its trial's reconciler to see it."""
@@ -88,14 +91,18 @@ class Runtime:
         metrics: OperatorMetrics,
         stores: StoreCache | None = None,
         datasets: DatasetResolver | None = None,
+        registry_config: DockerConfig | None = None,
     ) -> None:
         self.config = config
         self.api = api
         self.metrics = metrics
         self.stores = stores or StoreCache(config.storage, config.storage_credentials)
         self.datasets = datasets or DatasetResolver()
+        self.registry_config = registry_config
+        """The operator's own registry credentials, for looking images up (None: anonymous)."""
         self._wakers: dict[tuple[str, str], Waker] = {}
         self._deleted_pods: dict[tuple[str, str, str], float] = {}
+        self._image_waiters: dict[tuple[str, str], set[str]] = {}
 
     def close(self) -> None:
         self.api.close()
@@ -116,6 +123,25 @@ class Runtime:
         key = (namespace, label_value(job_name))
         if self._wakers.get(key) is waker:
             del self._wakers[key]
+            self.wait_for_images(namespace, job_name, ())
+
+    def wait_for_images(self, namespace: str, job_name: str, images: Iterable[str]) -> None:
+        """Say which RolloutImages a job's trials wait for now (replacing what it said before):
+        a change of one of them wakes the job."""
+        job = label_value(job_name)
+        wanted = {(namespace, image) for image in images}
+        for key in [k for k, jobs in self._image_waiters.items() if job in jobs]:
+            if key not in wanted:
+                self._image_waiters[key].discard(job)
+                if not self._image_waiters[key]:
+                    del self._image_waiters[key]
+        for key in wanted:
+            self._image_waiters.setdefault(key, set()).add(job)
+
+    def wake_image_waiters(self, namespace: str, image: str) -> None:
+        """A RolloutImage changed: wake every job whose trials wait for it."""
+        for job in self._image_waiters.get((namespace, image), ()):
+            self.wake_all(namespace, job)
 
     def wake(self, namespace: str, job_label: str, trial: str | None = None) -> None:
         """Wake the reconciler of the job whose `rollout.dev/job` label is `job_label`, for one

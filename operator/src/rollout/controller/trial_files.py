@@ -1,6 +1,7 @@
 """What the operator writes under a trial's prefix in storage: its record when the runner could
 not write one (`records`), the trial's cost in the record its runner wrote, and the files of a
-lost try, kept under `retries/<k>/`.
+lost try, kept under `retries/<k>/`; and beside the job, the log of a failed image build its
+trials waited for (`jobs/<job>/builds/`).
 
 Blocking (boto3): the executor calls these in a thread. Both are safe to repeat, which is what
 makes them safe across operator restarts: a record is written only where storage has none
@@ -14,11 +15,11 @@ from __future__ import annotations
 import logging
 
 from rollout.api.errors import InvalidInput
-from rollout.api.layout import RETRIES_DIR
+from rollout.api.layout import RETRIES_DIR, parse_s3_uri
 from rollout.api.results import TrialResult
 from rollout.controller.records import OperatorRecord, RecordCost
-from rollout.controller.trials import KeepTry
-from rollout.storage import ObjectNotFound, ObjectStore
+from rollout.controller.trials import CopyBuildLog, KeepTry
+from rollout.storage import ObjectNotFound, ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +69,19 @@ def keep_try(store: ObjectStore, keep: KeepTry) -> None:
     store.delete_keys(keys, keep.prefix)
     if keys:
         log.info("kept %d files of try %d under %s", len(keys), keep.number, keep.destination)
+
+
+def copy_build_log(store: ObjectStore, copy: CopyBuildLog) -> None:
+    """Copy a failed build's log to where the job keeps it, unless it is there already. A log
+    in another bucket, or gone, is left where it is (logged): the trials' records quote its end
+    and say where it is."""
+    if store.exists(copy.key):
+        return
+    bucket, source = parse_s3_uri(copy.source)
+    if bucket != store.bucket:
+        log.info("build log %s is in another bucket: not copied beside the job", copy.source)
+        return
+    try:
+        store.copy(source, copy.key)
+    except (ObjectNotFound, StorageError) as err:
+        log.warning("build log %s could not be copied to %s: %s", copy.source, copy.key, err)

@@ -61,6 +61,24 @@ def running_status(pod_name: str, now: datetime) -> dict[str, Any]:
     )
 
 
+def waiting_for_image_status(image: str, reference: str, now: datetime) -> dict[str, Any]:
+    """The trial's status while the image it runs is built in the cluster (it has no Pod)."""
+    return _dump(
+        RolloutTrialStatus(
+            phase=TrialPhase.PENDING,
+            conditions=[
+                _condition(
+                    TrialConditionType.POD_READY,
+                    ConditionStatus.FALSE,
+                    TrialConditionReason.WAITING_FOR_IMAGE,
+                    f"Waiting for its image {reference} (RolloutImage {image}).",
+                    now,
+                )
+            ],
+        )
+    )
+
+
 _FAILURE_REASONS = {
     ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED: TrialConditionReason.IMAGE_PULL_FAILED,
     ErrorType.ENVIRONMENT_RESOURCE_ALLOCATION_FAILED: TrialConditionReason.UNSCHEDULABLE,

@@ -5,25 +5,29 @@ neither the Pod renderer nor the runner ever reads the job: effective timeouts (
 the job's overrides and multiplier), effective resources (the job's override_cpus/memory/storage
 over the task's), the image, users and working directory.
 
-`decide` is the trial's reconcile step: from the trial (as the index has it) and its Pod (or its
-absence) it returns one action. The job's reconciler applies the actions; being the only writer
+`decide` is the trial's reconcile step: from the trial (as the index has it), its Pod (or its
+absence) and, for a trial whose image is built in the cluster, its RolloutImage, it returns one
+action. Such a trial gets no Pod until its image is Ready: meanwhile it stays Pending, its status
+says it waits (once), and a failed build fails it with the build's error and the end of its log.
+The job's reconciler applies the actions; being the only writer
 of a job's trials, it never races another handler over the same trial.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType
-from rollout.api.failures import FailureClass, failure_class
-from rollout.api.layout import retry_prefix
+from rollout.api.failures import BUILD_NOT_RUN, FailureClass, failure_class
+from rollout.api.layout import build_log_key, parse_s3_uri, retry_prefix
 from rollout.api.names import controller_reference
 from rollout.api.plan import PlannedTrial
 from rollout.api.resources import (
     API_VERSION,
+    ImageReason,
     RolloutJob,
     RolloutTrial,
     StorageSpec,
@@ -33,9 +37,10 @@ from rollout.api.resources import (
 from rollout.api.results import TrialError
 from rollout.api.trial_spec import trial_spec
 from rollout.api.trials import TrialKey, trial_labels
+from rollout.controller.builds import ImageBuild
 from rollout.controller.config import OperatorConfig
 from rollout.controller.cost import trial_cost
-from rollout.controller.index import PodEntry, TrialEntry, pod_name_for
+from rollout.controller.index import ImageEntry, PodEntry, TrialEntry, pod_name_for
 from rollout.controller.podfields import deleted_at, runner_state
 from rollout.controller.podstatus import (
     Failed,
@@ -60,6 +65,7 @@ from rollout.controller.trial_status import (
     finished_status,
     retry_status,
     running_status,
+    waiting_for_image_status,
 )
 
 
@@ -71,10 +77,13 @@ def trial_manifest(
     job_uid: str,
     storage: StorageSpec,
     runner_image: str,
+    build: ImageBuild | None = None,
 ) -> dict[str, Any]:
-    """The RolloutTrial to create: named, labelled and owned by its RolloutJob."""
+    """The RolloutTrial to create: named, labelled and owned by its RolloutJob (`build`: its
+    image is built in the cluster)."""
     job_name = job.metadata.name or job.job_name
-    spec = trial_spec(job, planned, storage=storage, runner_image=runner_image)
+    built = (build.pull_image, build.name) if build is not None else None
+    spec = trial_spec(job, planned, storage=storage, runner_image=runner_image, built=built)
     return {
         "apiVersion": API_VERSION,
         "kind": RolloutTrial.resource.kind,
@@ -116,11 +125,29 @@ class KeepTry:
 @dataclass(frozen=True)
 class CreatePod:
     """The trial has no Pod yet: create it (an existing one is accepted). A retry's Pod first
-    has the lost try's files kept (`keep`), so that it starts from a clean place."""
+    has the lost try's files kept (`keep`), so that it starts from a clean place.
+
+    A trial whose image was built in the cluster runs `image` (pinned to its digest), and its
+    environment setup started when the trial was made (`setup_since`): the build was part of it.
+    """
 
     pod_name: str
     retry: int
     keep: KeepTry | None = None
+    image: str | None = None
+    setup_since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CopyBuildLog:
+    """Copy a failed build's log next to a job that waited for it (`jobs/<job>/builds/`), where
+    it is not already: the build may have been asked for by another job."""
+
+    storage: StorageSpec
+    source: str
+    """The log's s3:// URI."""
+    key: str
+    """Where this job keeps it."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +173,8 @@ class PatchStatus:
     record: OperatorRecord | None = None
     cost: RecordCost | None = None
     """The trial's cost, to be set in the result.json its runner wrote (`records.RecordCost`)."""
+    build_log: CopyBuildLog | None = None
+    """A failed build's log to keep beside the job first (the trial failed for it)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +201,8 @@ def decide(
     pod_requested: bool = False,
     pod_deleted: bool = False,
     previous_pod: PodEntry | None = None,
+    image: ImageEntry | None = None,
+    stale_before: datetime | None = None,
 ) -> TrialAction:
     """The next step for one trial of the job, whose files are at `place`.
 
@@ -180,6 +211,10 @@ def decide(
     created (the operator stopped in between: create it), or deleted (`pod_deleted`, or the trial
     already ran in it: the Pod was lost). `previous_pod` is the Pod of the try before, when the
     index still has it: a retry's Pod waits until that one's runner can no longer upload.
+
+    `image` is the RolloutImage of a trial whose image is built in the cluster (None while there
+    is none); one that failed before `stale_before` (the job's creation) failed for another job
+    and is being built again for this one.
     """
     if not trial.runs_in_pod or trial.deleting:
         return Nothing()
@@ -191,7 +226,11 @@ def decide(
         if pod_requested:
             return Nothing()
         if trial.phase != TrialPhase.RUNNING and not pod_deleted:
-            return _create_pod(trial, previous_pod, place, now)
+            if trial.image_build is None:
+                return _create_pod(trial, previous_pod, place, now)
+            return _when_image_ready(
+                trial, image, previous_pod, place, now, config.unit_prices, stale_before
+            )
         verdict: PodVerdict = classify_missing_pod()
     else:
         verdict = classify_pod(pod.body, now=now, config=config)
@@ -315,18 +354,88 @@ def runner_may_still_write(pod: Mapping[str, Any], now: datetime) -> bool:
 
 
 def _create_pod(
-    trial: TrialEntry, previous: PodEntry | None, place: TrialPlace, now: datetime
+    trial: TrialEntry,
+    previous: PodEntry | None,
+    place: TrialPlace,
+    now: datetime,
+    image: ImageEntry | None = None,
 ) -> CreatePod | Nothing:
     """The trial's Pod for its current try; a retry's only once the lost try's runner can no
     longer upload into the trial's prefix (its Pod is deleted with it, and the runner gets its
-    grace period), with that try's files kept first."""
+    grace period), with that try's files kept first. With the `image` built for it: that image,
+    and environment setup timed from the trial's creation."""
+    built: dict[str, Any] = {}
+    if image is not None:
+        built = {"image": image.pinned_image, "setup_since": trial.created_at}
     retry = trial.infra_retries
     if retry == 0:
-        return CreatePod(trial.current_pod_name, 0)
+        return CreatePod(trial.current_pod_name, 0, **built)
     if previous is not None and runner_may_still_write(previous.body, now):
         return Nothing(waiting=True)
     keep = KeepTry(place.storage, place.prefix(trial.key), number=retry)  # the try before
-    return CreatePod(trial.current_pod_name, retry, keep)
+    return CreatePod(trial.current_pod_name, retry, keep, **built)
+
+
+BUILD_ERRORS = {ImageReason.BUILD_TIMEOUT: ErrorType.ENVIRONMENT_BUILD_TIMEOUT}
+"""The error of a trial whose image build failed: `environment_build_failed` but for these."""
+NOT_THE_TASKS = frozenset({ImageReason.BUILD_NOT_RUN, ImageReason.REGISTRY_UNAVAILABLE})
+"""Build failures that are not the Dockerfile's: the infrastructure's (`BUILD_NOT_RUN`)."""
+
+
+def _when_image_ready(
+    trial: TrialEntry,
+    image: ImageEntry | None,
+    previous: PodEntry | None,
+    place: TrialPlace,
+    now: datetime,
+    prices: UnitPrices | None,
+    stale_before: datetime | None,
+) -> TrialAction:
+    """A trial whose image is built in the cluster: its Pod once the image is Ready, its
+    failure when the build failed, else it waits (and says so, once)."""
+    stale = (
+        image is not None
+        and image.failed
+        and stale_before is not None
+        and (image.completed_at is None or image.completed_at < stale_before)
+    )
+    if image is None or image.deleting or stale:
+        return Nothing()  # the job makes it (again); its change wakes the job
+    if image.ready:
+        return _create_pod(trial, previous, place, now, image)
+    if not image.failed:
+        if trial.waiting_for_image:
+            return Nothing()
+        return PatchStatus(waiting_for_image_status(image.name, image.pull_image, now))
+    reason = image.reason or ImageReason.BUILD_FAILED
+    failed = fail_trial(
+        trial.key,
+        place,
+        BUILD_ERRORS.get(reason, ErrorType.ENVIRONMENT_BUILD_FAILED),
+        f"The image of the trial's environment could not be built (RolloutImage {image.name}"
+        f", {reason.value}): {image.message or 'no reason given'}",
+        now,
+        tries=trial.tries,
+        created_at=trial.created_at,
+        cost=trial_cost(trial.cost, None, prices, now=now),
+        class_override=BUILD_NOT_RUN if reason in NOT_THE_TASKS else None,
+        in_setup=True,
+    )
+    return replace(failed, build_log=_build_log_copy(image, place))
+
+
+def _build_log_copy(image: ImageEntry, place: TrialPlace) -> CopyBuildLog | None:
+    """The copy of a failed build's log this job keeps, unless the log is there already."""
+    if image.log_uri is None or image.image_hash is None:
+        return None
+    key = build_log_key(place.storage.prefix, place.job_name, image.image_hash)
+    try:
+        bucket, source_key = parse_s3_uri(image.log_uri)
+    except ValueError:
+        return None
+    if bucket == place.storage.bucket and source_key == key:
+        return None  # this job asked for the build: its log is in place
+    return CopyBuildLog(place.storage, image.log_uri, key)
 
 
 def fail_trial(
@@ -344,6 +453,7 @@ def fail_trial(
     delete_pod: str | None = None,
     reason: str | None = None,
     class_override: FailureClass | None = None,
+    in_setup: bool = False,
 ) -> PatchStatus:
     """The trial fails without an outcome from its runner: its final status, and the record
     (result.json, error.txt) the operator writes for it first (`cost`: what it cost, None
@@ -361,6 +471,7 @@ def fail_trial(
         pod_name=pod_name,
         ended_at=now,
         cost=cost,
+        in_setup=in_setup,
     )
     status = failed_status(
         error_type,

@@ -22,14 +22,22 @@ from rollout.api.dataset import Dataset
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.manifest import DatasetManifest, ManifestTask
 from rollout.api.results import TrialError
-from rollout.api.taskdir import BrokenTask, EntryKind, Task, task_content_hash, walk_tree
+from rollout.api.taskdir import (
+    BrokenTask,
+    EntryKind,
+    Task,
+    environment_hash,
+    task_content_hash,
+    walk_tree,
+)
 
 
-def task_archive(task_dir: str | Path) -> bytes:
-    """A deterministic tar.gz of the task directory, with names relative to it.
+def task_archive(task_dir: str | Path, *, what: str = "the task") -> bytes:
+    """A deterministic tar.gz of the task directory (or of its environment/ alone, a build's
+    context), with names relative to it.
 
-    A symlink pointing outside the task is refused here, where the author can fix it, rather
-    than when a runner extracts the archive.
+    A symlink pointing outside the directory is refused here, where the author can fix it,
+    rather than when a runner or a builder extracts the archive.
     """
     root = Path(task_dir)
     buffer = io.BytesIO()
@@ -49,7 +57,7 @@ def task_archive(task_dir: str | Path) -> bytes:
                     raise InvalidInput.one(
                         entry.source,
                         None,
-                        f"symbolic link to {target!r} points outside the task",
+                        f"symbolic link to {target!r} points outside {what}",
                         ErrorType.TASK_INVALID,
                     )
                 info.type = tarfile.SYMTYPE
@@ -62,6 +70,13 @@ def task_archive(task_dir: str | Path) -> bytes:
                 info.mode = EXECUTABLE_MODE if entry.executable else FILE_MODE
                 tar.addfile(info, io.BytesIO(data))
     return gzip.compress(buffer.getvalue(), compresslevel=9, mtime=0)
+
+
+def environment_archive(task: Task) -> bytes:
+    """A deterministic tar.gz of the task's environment/ alone: an image build's context."""
+    return task_archive(
+        task.environment_dir, what="environment/ (a build context cannot follow it)"
+    )
 
 
 def build_manifest(dataset: Dataset) -> DatasetManifest:
@@ -77,6 +92,8 @@ def _entry(task: Task | BrokenTask) -> ManifestTask:
     return ManifestTask(
         name=task.name,
         content_hash=task_content_hash(task.path),
+        # Only what can be built: an environment/ without a Dockerfile has no image to build.
+        environment_hash=environment_hash(task.path) if task.dockerfile.is_file() else None,
         config=task.config.to_dict(),
         has_solution=task.has_solution,
     )

@@ -1,4 +1,5 @@
-"""The custom resources: RolloutJob and RolloutTrial (group rollout.dev, version v1alpha1).
+"""The custom resources: RolloutJob, RolloutTrial and RolloutImage (group rollout.dev, version
+v1alpha1).
 
 Models only; `rollout.api.crd` generates the CustomResourceDefinitions in crds/ from them.
 """
@@ -37,6 +38,16 @@ from rollout.api.resources.conditions import (
     find_condition,
     set_condition,
 )
+from rollout.api.resources.image_resource import (
+    BuildContext,
+    Builder,
+    BuilderType,
+    ImagePhase,
+    ImageReason,
+    RolloutImage,
+    RolloutImageSpec,
+    RolloutImageStatus,
+)
 from rollout.api.resources.job_resource import (
     DatasetRef,
     JobPhase,
@@ -53,7 +64,7 @@ from rollout.api.resources.trial_resource import (
     TrialResources,
 )
 
-CUSTOM_RESOURCES = (RolloutJob, RolloutTrial)
+CUSTOM_RESOURCES = (RolloutJob, RolloutTrial, RolloutImage)
 """The kinds `rollout.api.crd` writes a CustomResourceDefinition for."""
 
 __all__ = [
@@ -68,11 +79,16 @@ __all__ = [
     "LABEL_TRIAL",
     "VERSION",
     "AgentSpec",
+    "BuildContext",
+    "Builder",
+    "BuilderType",
     "Condition",
     "ConditionStatus",
     "DatasetRef",
     "EnvVar",
     "EnvVarSource",
+    "ImagePhase",
+    "ImageReason",
     "JobConditionReason",
     "JobConditionType",
     "JobPhase",
@@ -81,6 +97,9 @@ __all__ = [
     "PodOverrides",
     "PrinterColumn",
     "ResourceInfo",
+    "RolloutImage",
+    "RolloutImageSpec",
+    "RolloutImageStatus",
     "RolloutJob",
     "RolloutJobSpec",
     "RolloutJobStatus",

@@ -17,7 +17,8 @@ RolloutJob condition types:
 
 RolloutTrial condition types:
 
-- `PodReady`: the trial's Pod exists and runs (False with `Unschedulable`, `ImagePullFailed`...).
+- `PodReady`: the trial's Pod exists and runs (False with `Unschedulable`, `ImagePullFailed`...,
+  and `WaitingForImage` while the image it runs is built in the cluster: no Pod yet).
 - `Complete`: the runner finished and the result is in storage.
 - `Failed`: the trial ended with an error (reason names it; the error type is in status.error).
 """
@@ -84,6 +85,7 @@ class TrialConditionType(StrEnum):
 class TrialConditionReason(StrEnum):
     """Reasons of RolloutTrial conditions."""
 
+    WAITING_FOR_IMAGE = "WaitingForImage"
     POD_CREATED = "PodCreated"
     POD_RUNNING = "PodRunning"
     UNSCHEDULABLE = "Unschedulable"

@@ -99,6 +99,12 @@ class RolloutTrialSpec(ApiModel):
         "it is created, with no Pod.",
     )
     image: str = Field(min_length=1, description="Image of the environment container.")
+    image_build: str | None = Field(
+        None,
+        description="The RolloutImage that builds the image (an image built in the cluster): "
+        "the trial's Pod waits until it is Ready and runs the image it names, pinned to its "
+        "digest; a failed build fails the trial.",
+    )
     resources: TrialResources = Field(description="Resources of the environment container.")
     timeouts: PhaseTimeouts = Field(description="Effective timeouts.")
     instruction_path: InstructionPath = Field(
