@@ -19,7 +19,8 @@
 #
 # Settings (environment variables): CLUSTER (default rollout), NAMESPACE (rollout-system),
 # RELEASE (rollout-operator), TAG (dev), REGISTRY_PORT (5001), MINIO_PORT (9000),
-# SKIP_BUILD=1 to reuse images already built.
+# SKIP_BUILD=1 to reuse images already built, BUILDER_IMAGE (the image builder the operator runs;
+# its default is the operator's own, rollout.controller.builds.DEFAULT_BUILDER_IMAGES).
 set -euo pipefail
 
 CLUSTER=${CLUSTER:-rollout}
@@ -38,6 +39,7 @@ IMAGE_VALUES=(
   --set "runner.image.repository=${REGISTRY}/rollout-runner" --set "runner.image.tag=${TAG}"
 )
 TASK_IMAGE=debian:bookworm-slim # examples/tasks/hello-offline/task.toml docker_image
+BUILDER_IMAGE=${BUILDER_IMAGE:-moby/buildkit:v0.23.2-rootless}
 CHART=charts/rollout-operator
 # The chart names its objects "<release>-rollout-operator", or just the release name when that
 # already contains "rollout-operator".
@@ -116,11 +118,11 @@ if [ "${SKIP_BUILD:-0}" != "1" ]; then
 fi
 say "loading images into the nodes"
 kind load docker-image --name "${CLUSTER}" "${OPERATOR_IMAGE}" "${RUNNER_IMAGE}"
-# The task's image and the chart's third-party images (MinIO, mc), so that the nodes need not
-# pull them (every pull policy is IfNotPresent).
+# The task's image, the image builder's and the chart's third-party images (MinIO, mc), so that
+# the nodes need not pull them (every pull policy is IfNotPresent).
 chart_images=$(helm template "${RELEASE}" "${CHART}" -f "${VALUES}" "${IMAGE_VALUES[@]}" |
   sed -n 's/^ *image: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' | { grep -v "^${REGISTRY}/" || true; } | sort -u)
-for image in "${TASK_IMAGE}" ${chart_images}; do
+for image in "${TASK_IMAGE}" "${BUILDER_IMAGE}" ${chart_images}; do
   if docker image inspect "${image}" >/dev/null 2>&1 || docker pull -q "${image}" >/dev/null; then
     kind load docker-image --name "${CLUSTER}" "${image}" || true
   else
@@ -131,7 +133,8 @@ done
 # --- 3. the chart ----------------------------------------------------------------------------
 say "installing the chart (release ${RELEASE}, namespace ${NAMESPACE})"
 helm upgrade --install "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" --create-namespace \
-  -f "${VALUES}" "${IMAGE_VALUES[@]}" --wait --timeout 5m
+  -f "${VALUES}" "${IMAGE_VALUES[@]}" --set "images.builder.image=${BUILDER_IMAGE}" \
+  --wait --timeout 5m
 kubectl --namespace "${NAMESPACE}" rollout status "deployment/${FULLNAME}" --timeout 180s
 kubectl --namespace "${NAMESPACE}" rollout status "deployment/${FULLNAME}-minio" --timeout 180s
 
@@ -171,7 +174,11 @@ rollout publish examples/tasks
 say "running examples/job.yaml (the oracle agent on examples/tasks/hello-offline)"
 rollout run examples/job.yaml --namespace "${NAMESPACE}"
 
-# --- 5. where the results are ----------------------------------------------------------------
+# --- 5. an image built in the cluster ---------------------------------------------------------
+say "running examples/build-job.yaml (its task's image is built in the cluster, pushed to ${REGISTRY})"
+rollout run examples/build-job.yaml --namespace "${NAMESPACE}"
+
+# --- 6. where the results are ----------------------------------------------------------------
 say "done"
 cat <<EOF
 Results of the job "hello-offline":
@@ -180,6 +187,11 @@ Results of the job "hello-offline":
   downloaded to:  ./jobs/hello-offline/ (job.yaml's jobs_dir)
   in the cluster: kubectl --namespace ${NAMESPACE} get rolloutjobs,rollouttrials
                   kubectl --namespace ${NAMESPACE} get rolloutjob hello-offline -o jsonpath='{.status.resultUri}'
+
+Results of the job "hello-built", whose image was built in the cluster:
+  in the bucket:  s3://rollout/jobs/hello-built/ (and builds/<hash>.log, the build's log)
+  the image:      kubectl --namespace ${NAMESPACE} get rolloutimages
+                  (run examples/build-job.yaml again: the registry has it, nothing is built)
 
 The same dataset by content address, the GitOps way:
   kubectl --namespace ${NAMESPACE} apply -f examples/rolloutjob.yaml

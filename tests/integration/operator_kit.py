@@ -22,7 +22,7 @@ import rollout.controller.handlers  # noqa: F401 - registers the operator's hand
 from kubeharness.calls import ApiCall
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
-from kubeharness.resources import GROUP, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, VERSION
+from kubeharness.resources import GROUP, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, VERSION
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import canonical_json, manifest_digest
@@ -85,6 +85,23 @@ def publish(store: ObjectStore, dataset_dir: Path) -> dict[str, str]:
         "application/json",
     )
     return {"name": manifest.name, "digest": digest}
+
+
+async def create_storage_secret(kube: Kube, storage: S3Settings, name: str) -> str:
+    """The Secret of storage credentials that Pods mount (trial and build Pods), in the test's
+    namespace; its name."""
+    credentials = storage.credentials
+    await kube.create(
+        SECRETS,
+        {
+            "metadata": {"name": name},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
+                "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
+            },
+        },
+    )
+    return name
 
 
 def operator_config(storage: S3Settings | None, **overrides: Any) -> OperatorConfig:

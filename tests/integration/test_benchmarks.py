@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
+from buildah_kit import base_image_unavailable_reason
 from fakecontainer import requires_fake_container
 from paths import REPO
+from registry_server import registry_unavailable_reason
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +39,14 @@ def test_the_operator_throughput_benchmark_runs() -> None:
     out = _run("operator_throughput.py", "--trials", "10", "--driven", "2")
     assert out.startswith("API: the emulator")
     assert "job status patches" in out
+
+
+def test_the_image_builds_benchmark_runs() -> None:
+    reason = registry_unavailable_reason() or base_image_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    out = _run("image_builds.py", "--trials", "2")
+    assert out.startswith("API: the emulator")
+    assert "1. uncached, the image built: " in out
+    assert "3. cached, a job in another namespace (registry HEAD): " in out
+    assert "cached/uncached: " in out

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_kit import create_storage_secret
 from s3_kit import S3Settings
 
 from buildah_kit import base_image_unavailable_reason, push_base_image
@@ -28,7 +29,7 @@ from kubeharness.build_kubelet import (
     run_build_pod,
 )
 from kubeharness.kube import Kube
-from kubeharness.resources import PODS, SECRETS, Body
+from kubeharness.resources import PODS, Body
 from registry_server import RegistryServer, registry_unavailable_reason
 from rollout.api.images import image_hash, image_reference
 from rollout.api.layout import build_log_key, environment_archive_key
@@ -84,18 +85,7 @@ def base_image(registry: RegistryServer) -> str:
 @pytest.fixture
 async def storage_secret(kube: Kube, s3_settings: S3Settings) -> str:
     """The Secret with the storage credentials that the Pod's `context` and `report` mount."""
-    credentials = s3_settings.credentials
-    await kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": CREDENTIALS_SECRET},
-            "stringData": {
-                "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
-                "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
-            },
-        },
-    )
-    return CREDENTIALS_SECRET
+    return await create_storage_secret(kube, s3_settings, CREDENTIALS_SECRET)
 
 
 def operator_config(secret: str) -> OperatorConfig:

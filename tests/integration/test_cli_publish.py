@@ -87,8 +87,9 @@ async def test_a_broken_task_is_published_with_its_error_and_no_archive(
     assert outcome.code == 0, outcome.stderr
     (entry,) = yaml.safe_load(outcome.stdout)
     assert outcome.stderr == (
-        "dataset alpha (2 tasks, 1 of them broken: count): uploaded 1 task archive and the "
-        f"manifest s3://{s3_settings.location.bucket}/datasets/{entry['digest']}.json\n"
+        "dataset alpha (2 tasks, 1 of them broken: count): uploaded 1 task archive, 1 build "
+        f"context and the manifest s3://{s3_settings.location.bucket}/datasets/{entry['digest']}"
+        ".json\n"
     )
     store = s3_settings.store()
     count, hello = json.loads(store.get_bytes(f"datasets/{entry['digest']}.json"))["tasks"]
@@ -160,7 +161,7 @@ async def test_render_publish_uploads_the_bundles_the_manifest_names(
     store = s3_settings.store()
     assert sorted(store.list_keys("datasets/")) == sorted(f"datasets/{d}.json" for d in digests)
     assert rollout_job["spec"]["storage"]["bucket"] == s3_settings.location.bucket
-    assert "uploaded 2 task archives and the manifest" in outcome.stderr
+    assert "uploaded 2 task archives, 1 build context and the manifest" in outcome.stderr
 
 
 async def test_publish_without_credentials_says_where_they_come_from(

@@ -209,7 +209,7 @@ async def test_run_applies_publishes_follows_and_downloads(
     assert "Metrics: mean 0.857, max 1.000" in table
     assert f"created RolloutJob {JOB} in namespace {kube.namespace}" in outcome.stderr
     assert "environment.type docker: each trial runs as a Pod in the cluster" in outcome.stderr
-    assert "uploaded 2 task archives and the manifest" in outcome.stderr
+    assert "uploaded 2 task archives, 1 build context and the manifest" in outcome.stderr
     assert "uploaded 1 task archive and the manifest" in outcome.stderr
     assert SECRET_VALUE not in outcome.stdout + outcome.stderr
 

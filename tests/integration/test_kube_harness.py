@@ -330,6 +330,8 @@ async def test_the_real_crds_are_served_and_prune_unknown_fields() -> None:
             "rolloutjobs/status": ["rj"],
             "rollouttrials": ["rt"],
             "rollouttrials/status": ["rt"],
+            "rolloutimages": ["ri"],
+            "rolloutimages/status": ["ri"],
         }
 
         spec = {

@@ -12,13 +12,22 @@ one past its timeout ends them environment_build_timeout.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 import urllib3
-from operator_kit import job_manifest, make_dataset, operator_config, operator_memo, publish
+from operator_kit import (
+    create_storage_secret,
+    job_manifest,
+    make_dataset,
+    operator_config,
+    operator_memo,
+    publish,
+)
 from s3_kit import S3Settings
 
 from buildah_kit import base_image_unavailable_reason, build, buildah_store, push_base_image
@@ -26,7 +35,7 @@ from fakecontainer import requires_fake_container
 from kubeharness.build_kubelet import run_build_pod
 from kubeharness.kube import Kube
 from kubeharness.kubelet import run_trial_pod
-from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS
+from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from registry_server import RegistryServer, registry_unavailable_reason
 from rollout.api.dataset import load_local_dataset
 from rollout.api.images import image_hash
@@ -72,22 +81,6 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServe
         yield server
 
 
-@pytest.fixture
-async def storage_secret(kube: Kube, s3_settings: S3Settings) -> str:
-    credentials = s3_settings.credentials
-    await kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": CREDENTIALS_SECRET},
-            "stringData": {
-                "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
-                "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
-            },
-        },
-    )
-    return CREDENTIALS_SECRET
-
-
 def dockerfile(registry: RegistryServer, run: str) -> str:
     """A Dockerfile that needs a build; each test's own `run`, so that one test's image is not
     in the registry (module-wide) for the next."""
@@ -106,18 +99,54 @@ def publish_whole(store: ObjectStore, root: Path) -> dict[str, str]:
     return publish(store, root)
 
 
-def config_for(
-    s3_settings: S3Settings, registry: RegistryServer, **overrides: Any
-) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "storage_credentials_secret": CREDENTIALS_SECRET,
-        "image_registry": registry.host,
-        "image_registry_plain_http": True,
-        "builder": BuilderType.BUILDAH,
-        "build_poll_sec": 0.2,
-    }
-    values.update(overrides)
-    return values
+@dataclass
+class Builds:
+    """What a test of builds starts from: the test's API, storage (with the Secret that build
+    and trial Pods mount), the registry, and a place for its datasets."""
+
+    kube: Kube
+    s3_settings: S3Settings
+    registry: RegistryServer
+    root: Path
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.s3_settings.store()
+
+    def dataset(
+        self, name: str, run: str, tasks: Sequence[str] = ("t",), **task_options: Any
+    ) -> tuple[dict[str, str], Path]:
+        """A dataset of tasks whose Dockerfile is `FROM <base>` and `RUN <run>`, published
+        whole; its spec.datasets entry and its directory. Tasks have no docker_image unless
+        `image=` says."""
+        task_options.setdefault("image", None)
+        root = make_dataset(
+            self.root / name / "d",
+            list(tasks),
+            dockerfile=dockerfile(self.registry, run),
+            **task_options,
+        )
+        return publish_whole(self.store, root), root
+
+    def memo(self, registry: RegistryServer | None = None) -> kopf.Memo:
+        """The operator's memo: Buildah builds into `registry` (default: the test's)."""
+        config = operator_config(
+            self.s3_settings,
+            storage_credentials_secret=CREDENTIALS_SECRET,
+            image_registry=(registry or self.registry).host,
+            image_registry_plain_http=True,
+            builder=BuilderType.BUILDAH,
+            build_poll_sec=0.2,
+        )
+        return operator_memo(self.kube, config)
+
+
+@pytest.fixture
+async def builds(
+    kube: Kube, s3_settings: S3Settings, registry: RegistryServer, tmp_path: Path
+) -> Builds:
+    await create_storage_secret(kube, s3_settings, CREDENTIALS_SECRET)
+    return Builds(kube, s3_settings, registry, tmp_path)
 
 
 def tag_of(task: Path) -> str:
@@ -168,23 +197,13 @@ def trial_result(store: ObjectStore, job: str, dataset: str, task: str) -> Trial
 
 @requires_fake_container()
 async def test_a_dockerfile_is_built_pushed_and_run_pinned_to_its_digest(
-    kube: Kube,
-    s3_settings: S3Settings,
-    storage_secret: str,
-    registry: RegistryServer,
-    tmp_path: Path,
+    builds: Builds, tmp_path: Path
 ) -> None:
-    store = s3_settings.store()
-    root = make_dataset(
-        tmp_path / "built",
-        ["hello"],
-        image=None,
-        dockerfile=dockerfile(registry, "echo built-0 > /built"),
-    )
-    dataset = publish_whole(store, root)
+    kube, registry = builds.kube, builds.registry
+    dataset, root = builds.dataset("built", "echo built-0 > /built", ["hello"])
     tag = tag_of(root / "hello")
-    config = operator_config(s3_settings, **config_for(s3_settings, registry))
-    async with kube.operator(memo=operator_memo(kube, config)):
+    memo = builds.memo()
+    async with kube.operator(memo=memo):
         await kube.create(ROLLOUT_JOBS, job_manifest("built", [dataset]))
         pod = await kube.wait_for(lambda: one_build_pod(kube), what="the build Pod", timeout=20)
         # The trial waits, Pending, and says why; it has no Pod yet.
@@ -209,42 +228,36 @@ async def test_a_dockerfile_is_built_pushed_and_run_pinned_to_its_digest(
     status = image["status"]
     assert (status["reason"], status["digest"]) == ("Built", digest)
     assert image["spec"]["image"] == f"{registry.host}/rollout-env:{tag}"
-    assert image["metadata"]["name"] == f"env-{tag[:52]}"
+    assert image["metadata"]["name"] == f"env-{tag[:51]}"
     environment = next(c for c in trial_pod["spec"]["containers"] if c["name"] == "environment")
     assert environment["image"] == f"{registry.host}/rollout-env@{digest}"
     assert json.loads(outcome.message)["reward"] == 1.0, outcome.stderr
     assert done[0]["status"]["reward"] == 1.0
-    log = store.get_bytes(build_log_key("", "built", tag)).decode()
+    log = builds.store.get_bytes(build_log_key("", "built", tag)).decode()
     assert "echo built-0 > /built" in log
     assert status["logUri"].endswith(build_log_key("", "built", tag))
+    counted = {
+        (sample.labels["phase"], sample.labels["reason"]): sample.value
+        for family in memo.metrics.images_finished.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    assert counted == {("Ready", "Built"): 1.0}
     # The wait for the image is environment setup: the trial's timings start at its creation.
-    result = trial_result(store, "built", dataset["name"], "hello")
+    result = trial_result(builds.store, "built", dataset["name"], "hello")
     assert result.timestamps is not None
     created = done[0]["metadata"]["creationTimestamp"]
     assert result.timestamps.started_at.isoformat().startswith(created.removesuffix("Z"))
 
 
-async def test_the_registry_has_the_image_so_nothing_is_built(
-    kube: Kube,
-    s3_settings: S3Settings,
-    storage_secret: str,
-    registry: RegistryServer,
-    tmp_path: Path,
-) -> None:
-    store = s3_settings.store()
-    root = make_dataset(
-        tmp_path / "cached",
-        ["hello"],
-        image=None,
-        dockerfile=dockerfile(registry, "echo built-1 > /built"),
-    )
-    dataset = publish_whole(store, root)
+async def test_the_registry_has_the_image_so_nothing_is_built(builds: Builds) -> None:
+    kube, registry = builds.kube, builds.registry
+    dataset, root = builds.dataset("cached", "echo built-1 > /built", ["hello"])
     tag = tag_of(root / "hello")
     with buildah_store() as buildah:  # someone built it before, under its hash
         build(buildah, root / "hello" / "environment", "cached:1")
         pushed = buildah.push("cached:1", f"{registry.host}/rollout-env:{tag}")
-    config = operator_config(s3_settings, **config_for(s3_settings, registry))
-    async with kube.operator(memo=operator_memo(kube, config)):
+    async with kube.operator(memo=builds.memo()):
         await kube.create(ROLLOUT_JOBS, job_manifest("cached", [dataset]))
         image = await kube.wait_for(lambda: _image_phase(kube, "Ready"), what="image Ready")
         pod = await kube.wait_for(lambda: _first(trial_pods(kube, "cached")), what="trial Pod")
@@ -259,34 +272,13 @@ async def test_the_registry_has_the_image_so_nothing_is_built(
 
 
 async def test_six_trials_of_two_jobs_sharing_an_environment_make_one_build(
-    kube: Kube,
-    s3_settings: S3Settings,
-    storage_secret: str,
-    registry: RegistryServer,
-    tmp_path: Path,
+    builds: Builds, tmp_path: Path
 ) -> None:
-    store = s3_settings.store()
+    kube = builds.kube
     # Two datasets, two tasks with byte-identical environments (so one image), three attempts.
-    first = publish_whole(
-        store,
-        make_dataset(
-            tmp_path / "a" / "one",
-            ["x"],
-            image=None,
-            dockerfile=dockerfile(registry, "echo shared > /built"),
-        ),
-    )
-    second = publish_whole(
-        store,
-        make_dataset(
-            tmp_path / "b" / "two",
-            ["y"],
-            image=None,
-            dockerfile=dockerfile(registry, "echo shared > /built"),
-        ),
-    )
-    config = operator_config(s3_settings, **config_for(s3_settings, registry))
-    async with kube.operator(memo=operator_memo(kube, config)):
+    first, _ = builds.dataset("one", "echo shared > /built", ["x"])
+    second, _ = builds.dataset("two", "echo shared > /built", ["y"])
+    async with kube.operator(memo=builds.memo()):
         await kube.create(ROLLOUT_JOBS, job_manifest("first", [first], n_attempts=3))
         await kube.create(ROLLOUT_JOBS, job_manifest("second", [second], n_attempts=3))
         pod = await kube.wait_for(lambda: one_build_pod(kube), what="one build Pod", timeout=20)
@@ -305,21 +297,14 @@ async def test_six_trials_of_two_jobs_sharing_an_environment_make_one_build(
 
 
 async def test_force_build_builds_once_per_job_and_the_result_lands_in_the_cache(
-    kube: Kube,
-    s3_settings: S3Settings,
-    storage_secret: str,
-    registry: RegistryServer,
-    tmp_path: Path,
+    builds: Builds, tmp_path: Path
 ) -> None:
-    store = s3_settings.store()
-    root = make_dataset(
-        tmp_path / "f" / "forced", ["z"], dockerfile=dockerfile(registry, "echo built-4 > /built")
-    )
-    dataset = publish_whole(store, root)  # with a docker_image: only force_build builds it
+    kube = builds.kube
+    # With a docker_image: only force_build builds it.
+    dataset, root = builds.dataset("forced", "echo built-4 > /built", ["z"], image="img:1")
     tag = tag_of(root / "z")
-    config = operator_config(s3_settings, **config_for(s3_settings, registry))
     forced = {"environment": {"forceBuild": True}}
-    async with kube.operator(memo=operator_memo(kube, config)):
+    async with kube.operator(memo=builds.memo()):
         for job in ("one", "two"):
             await kube.create(ROLLOUT_JOBS, job_manifest(job, [dataset], n_attempts=3, **forced))
         await kube.wait_for(lambda: _count(build_pods(kube), 2), what="a build Pod per job")
@@ -335,24 +320,18 @@ async def test_force_build_builds_once_per_job_and_the_result_lands_in_the_cache
     assert {i["spec"]["forceBuild"] for i in found} == {True}
     assert {i["metadata"]["ownerReferences"][0]["name"] for i in found} == {"one", "two"}
     assert {i["status"]["reason"] for i in found} == {"Built"}
-    assert registry_digest(registry, "rollout-env", tag) in {i["status"]["digest"] for i in found}
+    pushed = registry_digest(builds.registry, "rollout-env", tag)
+    assert pushed in {i["status"]["digest"] for i in found}
     assert len([w for w in kube.writes(PODS) if w.method == "POST" and "build" in w.name]) == 2
 
 
 async def test_a_failed_build_ends_every_waiting_trial_with_the_end_of_its_log(
-    kube: Kube,
-    s3_settings: S3Settings,
-    storage_secret: str,
-    registry: RegistryServer,
-    tmp_path: Path,
+    builds: Builds, tmp_path: Path
 ) -> None:
-    store = s3_settings.store()
-    broken = dockerfile(registry, "echo no-such-package-marker >&2; exit 3")
-    root = make_dataset(tmp_path / "broken" / "d", ["t"], image=None, dockerfile=broken)
-    dataset = publish_whole(store, root)
+    kube, store = builds.kube, builds.store
+    dataset, root = builds.dataset("broken", "echo no-such-package-marker >&2; exit 3")
     tag = tag_of(root / "t")
-    config = operator_config(s3_settings, **config_for(s3_settings, registry))
-    async with kube.operator(memo=operator_memo(kube, config)):
+    async with kube.operator(memo=builds.memo()):
         await kube.create(ROLLOUT_JOBS, job_manifest("broken", [dataset], n_attempts=2))
         await kube.create(ROLLOUT_JOBS, job_manifest("later", [dataset]))
         pod = await kube.wait_for(lambda: one_build_pod(kube), what="the build Pod", timeout=20)
@@ -380,24 +359,11 @@ async def test_a_failed_build_ends_every_waiting_trial_with_the_end_of_its_log(
 
 
 async def test_a_build_past_its_timeout_ends_the_waiting_trials_build_timeout(
-    kube: Kube,
-    s3_settings: S3Settings,
-    storage_secret: str,
-    registry: RegistryServer,
-    tmp_path: Path,
+    builds: Builds, tmp_path: Path
 ) -> None:
-    store = s3_settings.store()
-    slow = dockerfile(registry, "busybox sleep 60")
-    root = make_dataset(
-        tmp_path / "slow" / "d",
-        ["t"],
-        image=None,
-        dockerfile=slow,
-        toml="build_timeout_sec = 2.0\n",
-    )
-    dataset = publish_whole(store, root)
-    config = operator_config(s3_settings, **config_for(s3_settings, registry))
-    async with kube.operator(memo=operator_memo(kube, config)):
+    kube = builds.kube
+    dataset, _ = builds.dataset("slow", "busybox sleep 60", toml="build_timeout_sec = 2.0\n")
+    async with kube.operator(memo=builds.memo()):
         await kube.create(ROLLOUT_JOBS, job_manifest("slow", [dataset]))
         pod = await kube.wait_for(lambda: one_build_pod(kube), what="the build Pod", timeout=20)
         outcomes = await run_build_pod(kube, pod["metadata"]["name"], kube.namespace, tmp_path)
@@ -409,23 +375,12 @@ async def test_a_build_past_its_timeout_ends_the_waiting_trials_build_timeout(
 
 
 async def test_an_unreachable_registry_fails_the_trials_as_the_infrastructures(
-    kube: Kube,
-    s3_settings: S3Settings,
-    storage_secret: str,
-    registry: RegistryServer,
-    tmp_path: Path,
+    builds: Builds, tmp_path: Path
 ) -> None:
-    store = s3_settings.store()
-    root = make_dataset(
-        tmp_path / "u" / "d",
-        ["t"],
-        image=None,
-        dockerfile=dockerfile(registry, "echo built-5 > /built"),
-    )
-    dataset = publish_whole(store, root)
+    kube = builds.kube
+    dataset, _ = builds.dataset("nowhere", "echo built-5 > /built")
     gone = RegistryServer(tmp_path / "gone")  # never started: nothing listens on its port
-    config = operator_config(s3_settings, **config_for(s3_settings, gone))
-    async with kube.operator(memo=operator_memo(kube, config)):
+    async with kube.operator(memo=builds.memo(gone)):
         await kube.create(ROLLOUT_JOBS, job_manifest("nowhere", [dataset]))
         failed = await kube.wait_for(
             lambda: finished(kube, "nowhere", 1), what="the trial fails", timeout=30
@@ -435,6 +390,36 @@ async def test_an_unreachable_registry_fails_the_trials_as_the_infrastructures(
     assert "cannot be reached" in error["message"]
     assert failed[0]["status"]["failureClass"] == "infrastructure"
     assert await build_pods(kube) == []
+
+
+async def test_an_operator_stopped_mid_build_resumes_it_and_a_lost_build_pod_is_replaced(
+    builds: Builds, tmp_path: Path
+) -> None:
+    kube = builds.kube
+    dataset, _ = builds.dataset("resumed", "echo again")
+    async with kube.operator(memo=builds.memo()) as operator:
+        await kube.create(ROLLOUT_JOBS, job_manifest("resumed", [dataset]))
+        first = await kube.wait_for(lambda: one_build_pod(kube), what="the build Pod", timeout=20)
+        await operator.kill()  # mid-build, as a crash would
+    mark = kube.mark()
+    async with kube.operator(memo=builds.memo()):
+        # The new operator looks at the build under way (and makes no second Pod for it).
+        name = first["metadata"]["name"]
+        await kube.wait_for(
+            lambda: [c for c in kube.calls(since=mark) if c.method == "GET" and c.name == name],
+            what="the build Pod looked at again",
+        )
+        assert [p["metadata"]["name"] for p in await build_pods(kube)] == [name]  # not twice
+        # The build Pod is taken away (its node lost, say): the image is built in a new one.
+        await kube.delete(PODS, name, kube.namespace)
+        second = await kube.wait_for(
+            lambda: _named(build_pods(kube), "-build-2"), what="a second build Pod"
+        )
+        await run_build_pod(kube, second["metadata"]["name"], kube.namespace, tmp_path)
+        image = await kube.wait_for(lambda: _image_phase(kube, "Ready"), what="image Ready")
+        await kube.wait_for(lambda: _first(trial_pods(kube, "resumed")), what="the trial's Pod")
+    assert image["status"]["attempts"] == 2
+    assert image["status"]["reason"] == "Built"
 
 
 # --- waiting helpers ------------------------------------------------------------------------------
@@ -448,6 +433,10 @@ async def _first(found: Any) -> dict[str, Any] | None:
 async def _count(found: Any, count: int) -> list[dict[str, Any]] | None:
     items = await found
     return items if len(items) == count else None
+
+
+async def _named(found: Any, suffix: str) -> dict[str, Any] | None:
+    return next((p for p in await found if p["metadata"]["name"].endswith(suffix)), None)
 
 
 async def _image_phase(kube: Kube, phase: str) -> dict[str, Any] | None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from paths import REPO
+from rollout.api.resources import BuilderType
+from rollout.controller.builds import DEFAULT_BUILDER_IMAGES
 
 pytestmark = pytest.mark.integration
 
@@ -23,6 +25,8 @@ SCRIPT = REPO / "examples" / "quickstart.sh"
 TOOLS = ("docker", "kind", "kubectl", "helm", "curl", "rollout")
 NODES = ("rollout-control-plane", "rollout-worker", "rollout-worker2")
 ACCESS_KEY = "rolloutquickstartkey"
+BUILDER = DEFAULT_BUILDER_IMAGES[BuilderType.BUILDKIT]
+"""The quickstart loads the operator's own default builder image into the nodes."""
 SECRET_KEY = "quickstart-secret-value"
 
 # One stand-in for every tool: it logs its name and arguments (one line, tab-separated) and
@@ -125,12 +129,15 @@ def test_quickstart_runs_every_step_in_order(tmp_path: Path) -> None:
          "-f", "charts/rollout-operator/values-quickstart.yaml",
          "--set", "image.repository=localhost:5001/rollout-operator", "--set", "image.tag=dev",
          "--set", "runner.image.repository=localhost:5001/rollout-runner",
-         "--set", "runner.image.tag=dev", "--wait", "--timeout", "5m"],
+         "--set", "runner.image.tag=dev",
+         "--set", f"images.builder.image={BUILDER}", "--wait", "--timeout", "5m"],
         ["kubectl", "--namespace", "rollout-system", "port-forward",
          "service/rollout-operator-minio", "9000:9000"],
         ["rollout", "validate", "examples/job.yaml"],
         ["rollout", "publish", "examples/tasks"],
         ["rollout", "run", "examples/job.yaml", "--namespace", "rollout-system"],
+        # The task whose image is built in the cluster, after the one that needs none.
+        ["rollout", "run", "examples/build-job.yaml", "--namespace", "rollout-system"],
     ]  # fmt: skip
     positions = [index_of(log, step) for step in steps]
     assert positions == sorted(positions)
@@ -146,6 +153,7 @@ def test_quickstart_runs_every_step_in_order(tmp_path: Path) -> None:
             operator,
             runner,
             "debian:bookworm-slim",
+            BUILDER,  # the image builder's: build Pods start without a pull
             "quay.io/minio/minio:RELEASE.test",
             "quay.io/minio/mc:RELEASE.test",
         ]

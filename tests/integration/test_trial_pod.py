@@ -17,13 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_kit import job_manifest, job_phase, operator_config, operator_memo, publish
+from operator_kit import (
+    create_storage_secret,
+    job_manifest,
+    job_phase,
+    operator_config,
+    operator_memo,
+    publish,
+)
 from s3_kit import S3Settings
 
 from fakecontainer import requires_fake_container
 from kubeharness.kube import Kube
 from kubeharness.kubelet import run_trial_pod
-from kubeharness.resources import PODS, ROLLOUT_JOBS, SECRETS
+from kubeharness.resources import PODS, ROLLOUT_JOBS
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.taskdir import task_content_hash
 from rollout.datasets.bundle import task_archive
@@ -62,17 +69,7 @@ async def test_a_trial_pod_runs_the_agents_script_byte_for_byte(
 ) -> None:
     store = s3_settings.store()
     dataset = publish_dataset(store, tmp_path / "data")
-    credentials = s3_settings.credentials
-    await kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": CREDENTIALS_SECRET},
-            "stringData": {
-                "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
-                "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
-            },
-        },
-    )
+    await create_storage_secret(kube, s3_settings, CREDENTIALS_SECRET)
     config = operator_config(s3_settings, storage_credentials_secret=CREDENTIALS_SECRET)
     agent: dict[str, Any] = {
         "name": "shell",

@@ -668,3 +668,19 @@ def test_a_waiting_trial_whose_image_is_gone_gets_it_made_again() -> None:
     decision = decide_job(view(plan, trials=waiting, looks=looks), config=BUILDS)
     assert [e.name for e in of_type(decision, EnsureImage)] == [name]
     assert of_type(decision, TrialStep) == []  # they keep waiting: the image's event wakes them
+
+
+def test_trials_waiting_for_their_image_hold_their_slots() -> None:
+    first = decide_job(view(built_plan(), trials={}), config=BUILDS)
+    name = of_type(first, EnsureImage)[0].name
+    plan = built_plan()
+    waiting = {
+        t.name: TrialEntry(
+            "ns", t.name, f"uid-{t.name}", "1", t.key.agent, "d", t.key.task, t.key.attempt,
+            phase=TrialPhase.PENDING, image_build=name, waiting_for_image=True,
+        )
+        for t in plan.plan.trials[:3]
+    }  # fmt: skip
+    building = image_entry(name, phase=ImagePhase.BUILDING)
+    decision = decide_job(view(plan, trials=waiting, images={name: building}), config=BUILDS)
+    assert created(decision) == []  # nConcurrentTrials is 3: the 3 waiting trials are running

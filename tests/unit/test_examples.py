@@ -66,6 +66,30 @@ def test_task_needs_no_build_and_has_a_solution() -> None:
         assert script.stat().st_mode & 0o111, f"{script} is not executable"
 
 
+BUILD_JOB_FILE = EXAMPLES / "build-job.yaml"
+BUILT_TASK = EXAMPLES / "built" / "hello-built"
+
+
+def test_the_build_example_is_a_task_whose_image_is_built_and_validate_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["validate", str(BUILD_JOB_FILE)])
+    assert (code, capsys.readouterr().out.splitlines()) == (
+        0,
+        [f"image {BUILT_TASK}: build environment/Dockerfile", f"ok {BUILD_JOB_FILE} (job)"],
+    )
+    task = load_task(BUILT_TASK)
+    assert task.config.environment.docker_image is None  # nothing lifts: a RUN step
+    assert not task.lifted
+    assert task.has_solution
+    # Its verifier tells the built image from its base: the Dockerfile's marker file.
+    dockerfile = (BUILT_TASK / "environment" / "Dockerfile").read_text()
+    assert "/etc/rollout-built" in dockerfile
+    assert "/etc/rollout-built" in (BUILT_TASK / "tests" / "test.sh").read_text()
+    job = load_job(BUILD_JOB_FILE)
+    assert (job.environment.type, [a.name for a in job.agents]) == ("kubernetes", ["oracle"])
+
+
 def test_rolloutjob_fits_the_crd_schema() -> None:
     crd = yaml.safe_load(JOB_CRD.read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

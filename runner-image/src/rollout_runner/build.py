@@ -45,6 +45,7 @@ from rollout.storage import (
 )
 from rollout_runner import termination as termination_log
 from rollout_runner.archive import extract_task_archive
+from rollout_runner.arguments import positive_seconds
 
 log = logging.getLogger("rollout_runner.build")
 
@@ -114,21 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument(
         "--upload-timeout-sec",
-        type=_positive,
+        type=positive_seconds,
         default=UPLOAD_TIMEOUT_SEC,
         help="deadline for uploading the build log (default: %(default)s)",
     )
     return parser
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> None:

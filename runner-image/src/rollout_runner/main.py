@@ -37,6 +37,7 @@ from rollout.storage import (
     storage_from_env,
 )
 from rollout_runner import termination as termination_log
+from rollout_runner.arguments import positive_seconds
 from rollout_runner.context import RunnerOptions
 from rollout_runner.redact import MIN_SECRET_LENGTH, RedactingFilter, Redactor
 from rollout_runner.shim_environment import ShimEnvironment
@@ -152,13 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--ready-timeout-sec",
-        type=_positive,
+        type=positive_seconds,
         default=600.0,
         help="how long the environment may take to become ready (default: %(default)s)",
     )
     parser.add_argument(
         "--upload-timeout-sec",
-        type=_positive,
+        type=positive_seconds,
         default=600.0,
         help="deadline for uploading the trial's files (default: %(default)s)",
     )
@@ -168,16 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default: the spec's logLevel)",
     )
     return parser
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> None:

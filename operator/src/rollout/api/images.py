@@ -36,10 +36,11 @@ ENVIRONMENT_IMAGE_REPOSITORY = "rollout-env"
 
 IMAGE_NAME_PREFIX = "env-"
 """RolloutImage names: `env-<hash>`; label values and Pod names made from them stay short."""
-_NAME_HASH_CHARS = 52
-"""Hex characters of the hash in a RolloutImage's name (208 bits): `env-` and 52 make 56
-characters, so `<name>-build-<n>` is still a valid Pod host name (63 at most)."""
+_NAME_HASH_CHARS = 51
+"""Hex characters of the hash in a RolloutImage's name (204 bits): `env-` and 51 make 55
+characters, so `<name>-build-<n>` (n < 10) is still a valid Pod host name (63 at most)."""
 _FORCED_HASH_CHARS = 42
+"""`env-`, 42, `-` and 8 of the job's uid: 55 characters as well."""
 _JOB_UID_CHARS = 8
 
 _HASH_VERSION = 1

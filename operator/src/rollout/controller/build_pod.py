@@ -190,7 +190,11 @@ def render_build_pod(
     if config.trial_service_account:
         pod_spec["serviceAccountName"] = config.trial_service_account
     if overrides is not None:
+        # Where trial Pods go, builds go (node selector, tolerations, priority, pull secrets);
+        # not their RuntimeClass: a sandboxed runtime (gVisor, Kata) is for agents' code, and a
+        # builder makes namespaces of its own that such runtimes refuse.
         scheduling = overrides.model_dump(mode="json", exclude_none=True)
+        scheduling.pop("runtimeClassName", None)
         pod_spec.update({k: v for k, v in scheduling.items() if v not in ({}, [])})
     annotations: dict[str, str] = {}
     if builder is BuilderType.BUILDKIT:

@@ -55,7 +55,9 @@ LABEL_IMAGE_COMPONENT = "rollout.dev/component"
 IMAGE_COMPONENT = "image"
 
 _HOST = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]{1,5})?")
-_REPOSITORY = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*")
+_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"{_COMPONENT}(/{_COMPONENT})*")
+"""A repository name as the OCI distribution spec (v1.1) has it."""
 
 
 def check_registry(value: str) -> str:
@@ -72,8 +74,8 @@ def check_repository(value: str) -> str:
     """A repository path as OCI references allow it: lowercase components joined by '/'."""
     if not _REPOSITORY.fullmatch(value):
         raise ValueError(
-            f"{value!r} is not a repository: lowercase letters, digits and '.', '_', '-' "
-            "between them, in components joined by '/' (e.g. evals/rollout-env)"
+            f"{value!r} is not a repository: lowercase letters and digits, with '.', '_', '__' "
+            "or dashes between them, in components joined by '/' (e.g. evals/rollout-env)"
         )
     return value
 

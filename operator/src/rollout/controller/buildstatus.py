@@ -2,9 +2,10 @@
 
 `classify_build_pod` reads a build Pod (`build_pod`) as the API returns it, in this order:
 
-1. the `report` container ended: its `BuildReport` (`rollout.api.wire.build`) is the outcome:
-   built (the image's digest), failed (the builder's exit status and the end of its log) or
-   past its timeout. A report that does not parse is the build's failure to run;
+1. the `report` container left its `BuildReport` (`rollout.api.wire.build`): that is the
+   outcome: built (the image's digest), failed (the builder's exit status and the end of its
+   log) or past its timeout. A report container that ended without one was killed with the Pod
+   (2., 3.) or failed itself, the build's failure to run;
 2. the Pod was taken away (evicted, preempted, its node lost, deleted): `BuildLost`, and the
    image's reconciler makes a new Pod, a few times at most;
 3. the kubelet ended the Pod at its deadline: the build's timeout;
@@ -93,8 +94,11 @@ def classify_build_pod(
         if isinstance(s, Mapping) and "name" in s
     }
     report_end = terminated_state(containers.get(REPORT_CONTAINER, {}))
-    if report_end is not None:
-        return _reported(report_end, spec)
+    report = parse_report(report_end.get("message")) if report_end is not None else None
+    if report is not None:
+        return _reported(report, spec)
+    # A report container ended without a report was killed, or failed itself: the Pod's fate
+    # says which (an eviction and the deadline kill every container).
     if (lost := _lost(pod, status)) is not None:
         return lost
     if status.get("reason") == "DeadlineExceeded":
@@ -104,6 +108,12 @@ def classify_build_pod(
             f"{(pod.get('spec') or {}).get('activeDeadlineSeconds')} s (the build's timeout of "
             f"{spec.timeout_seconds} s, and time to fetch its context and pull the builder) "
             "before it reported.",
+        )
+    if report_end is not None:
+        return BuildFailed(
+            ImageReason.BUILD_NOT_RUN,
+            f"The build Pod's {REPORT_CONTAINER} container ended (exit "
+            f"{report_end.get('exitCode')}) without a report of the build.",
         )
     context_end = terminated_state(init.get(CONTEXT_CONTAINER, {}))
     if context_end is not None and context_end.get("exitCode") not in (0, None):
@@ -118,14 +128,7 @@ def classify_build_pod(
     return BuildWaiting(_waiting_reason(status, containers))
 
 
-def _reported(terminated: Mapping[str, Any], spec: RolloutImageSpec) -> BuildVerdict:
-    report = parse_report(terminated.get("message"))
-    if report is None:
-        return BuildFailed(
-            ImageReason.BUILD_NOT_RUN,
-            f"The build Pod's {REPORT_CONTAINER} container ended (exit "
-            f"{terminated.get('exitCode')}) without a report of the build.",
-        )
+def _reported(report: BuildReport, spec: RolloutImageSpec) -> BuildVerdict:
     tail = f" The end of its log:\n{report.log_tail}" if report.log_tail else ""
     if report.timed_out:
         return BuildFailed(

@@ -161,15 +161,22 @@ class ImageReconciler:
             except RegistryError as err:
                 await self._finish(status, ImageReason.REGISTRY_UNAVAILABLE, str(err), now)
                 return None
+            except ValueError as err:  # spec.image is no image reference (written by hand?)
+                await self._finish(status, ImageReason.BUILD_NOT_RUN, str(err), now)
+                return None
             if digest is not None:
                 await self._ready(status, ImageReason.CACHE_HIT, digest, now)
                 return None
         return await self._build(spec, status, now)
 
     async def _look_up(self, spec: RolloutImageSpec) -> str | None:
-        client = RegistryClient(self.runtime.registry_config, plain_http=spec.plain_http)
         reference = parse_image_reference(spec.image)
-        return await asyncio.to_thread(client.manifest_digest, reference)
+
+        def look_up() -> str | None:
+            with RegistryClient(self.runtime.registry_config, plain_http=spec.plain_http) as client:
+                return client.manifest_digest(reference)
+
+        return await asyncio.to_thread(look_up)
 
     async def _build(
         self, spec: RolloutImageSpec, status: RolloutImageStatus, now: datetime
@@ -253,6 +260,12 @@ class ImageReconciler:
         if patched is not None:
             version = str((patched.get("metadata") or {}).get("resourceVersion") or "")
             self._written = (version, status)
+        if status.finished:
+            metrics = self.runtime.metrics
+            phase, reason = status.phase or "", status.reason or ""
+            metrics.images_finished.labels(phase=phase, reason=reason).inc()
+            if status.attempts and status.duration_seconds is not None:
+                metrics.build_duration.observe(status.duration_seconds)
 
 
 def _ready_condition(

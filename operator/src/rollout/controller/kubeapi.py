@@ -138,16 +138,22 @@ class KubeApi:
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         """Merge-patch a RolloutTrial's status; None when the trial is gone."""
-        self._count(TRIALS, "patch_status")
+        return await self._patch_status(TRIALS, namespace, name, {"status": dict(status)})
+
+    async def _patch_status(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch the status of one of our resources; None when it is gone."""
+        self._count(plural, "patch_status")
         try:
             patched = await self._call(
                 self.custom.patch_namespaced_custom_object_status,
                 GROUP,
                 VERSION,
                 namespace,
-                TRIALS,
+                plural,
                 name,
-                {"status": dict(status)},
+                dict(patch),
             )
         except ApiException as err:
             if err.status == 404:
@@ -247,22 +253,7 @@ class KubeApi:
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         """Merge-patch a RolloutImage's status; None when it is gone."""
-        self._count(IMAGES, "patch_status")
-        try:
-            patched = await self._call(
-                self.custom.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                namespace,
-                IMAGES,
-                name,
-                {"status": dict(status)},
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return cast(dict[str, Any], patched)
+        return await self._patch_status(IMAGES, namespace, name, {"status": dict(status)})
 
     # --- NetworkPolicies
 
@@ -286,22 +277,7 @@ class KubeApi:
         self, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         """Merge-patch a RolloutJob's status (`patch` is `{"status": {...}}`); None when gone."""
-        self._count(JOBS, "patch_status")
-        try:
-            patched = await self._call(
-                self.custom.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                namespace,
-                JOBS,
-                name,
-                dict(patch),
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return cast(dict[str, Any], patched)
+        return await self._patch_status(JOBS, namespace, name, patch)
 
     async def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a RolloutJob (its trials and their Pods go with it, by owner references)."""

@@ -100,6 +100,20 @@ class OperatorMetrics:
             ["resource", "verb"],
             registry=registry,
         )
+        self.images_finished = Counter(
+            "rollout_images_finished_total",
+            "RolloutImages that became Ready or Failed, by phase and reason (CacheHit, Built, "
+            "BuildFailed, ...).",
+            ["phase", "reason"],
+            registry=registry,
+        )
+        self.build_duration = Histogram(
+            "rollout_image_build_duration_seconds",
+            "Seconds from a RolloutImage's first build Pod to its end (builds only, not cache "
+            "hits).",
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
 
     def trial_finished(
         self,
