@@ -87,9 +87,11 @@ def publish(store: ObjectStore, dataset_dir: Path) -> dict[str, str]:
     return {"name": manifest.name, "digest": digest}
 
 
-async def create_storage_secret(kube: Kube, storage: S3Settings, name: str) -> str:
+async def create_storage_secret(
+    kube: Kube, storage: S3Settings, name: str, namespace: str | None = None
+) -> str:
     """The Secret of storage credentials that Pods mount (trial and build Pods), in the test's
-    namespace; its name."""
+    namespace (or `namespace`); its name."""
     credentials = storage.credentials
     await kube.create(
         SECRETS,
@@ -100,6 +102,7 @@ async def create_storage_secret(kube: Kube, storage: S3Settings, name: str) -> s
                 "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
             },
         },
+        namespace,
     )
     return name
 

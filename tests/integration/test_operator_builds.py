@@ -11,6 +11,7 @@ one past its timeout ends them environment_build_timeout.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from fakecontainer import requires_fake_container
 from kubeharness.build_kubelet import run_build_pod
 from kubeharness.kube import Kube
 from kubeharness.kubelet import run_trial_pod
-from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
+from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS
 from registry_server import RegistryServer, registry_unavailable_reason
 from rollout.api.dataset import load_local_dataset
 from rollout.api.images import image_hash
@@ -128,8 +129,9 @@ class Builds:
         )
         return publish_whole(self.store, root), root
 
-    def memo(self, registry: RegistryServer | None = None) -> kopf.Memo:
-        """The operator's memo: Buildah builds into `registry` (default: the test's)."""
+    def memo(self, registry: RegistryServer | None = None, **settings: Any) -> kopf.Memo:
+        """The operator's memo: Buildah builds into `registry` (default: the test's), with more
+        of the operator's `settings`."""
         config = operator_config(
             self.s3_settings,
             storage_credentials_secret=CREDENTIALS_SECRET,
@@ -137,6 +139,7 @@ class Builds:
             image_registry_plain_http=True,
             builder=BuilderType.BUILDAH,
             build_poll_sec=0.2,
+            **settings,
         )
         return operator_memo(self.kube, config)
 
@@ -420,6 +423,70 @@ async def test_an_operator_stopped_mid_build_resumes_it_and_a_lost_build_pod_is_
         await kube.wait_for(lambda: _first(trial_pods(kube, "resumed")), what="the trial's Pod")
     assert image["status"]["attempts"] == 2
     assert image["status"]["reason"] == "Built"
+
+
+async def test_a_private_registry_is_looked_up_and_pushed_to_with_the_push_secret(
+    builds: Builds, tmp_path: Path
+) -> None:
+    kube = builds.kube
+    user, password = "builder", "push-password-7c1e"
+    with RegistryServer(tmp_path / "private", users={user: password}) as private:
+        push_base_image(private.host, "base/busybox:1", credentials=(user, password))
+        dockerfile_text = f"FROM {private.host}/base/busybox:1\nRUN echo private > /built\n"
+        root = make_dataset(tmp_path / "private-d" / "d", ["t"], image=None,
+                            dockerfile=dockerfile_text)  # fmt: skip
+        dataset = publish_whole(builds.store, root)
+        auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+        config_json = json.dumps({"auths": {private.host: {"auth": auth}}})
+        await kube.create(
+            SECRETS,
+            {
+                "metadata": {"name": "regcred"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": config_json},
+            },
+        )
+        mounted = tmp_path / "operator-registry" / ".dockerconfigjson"  # as the chart mounts it
+        mounted.parent.mkdir()
+        mounted.write_text(config_json)
+        memo = builds.memo(private, image_push_secret="regcred", image_registry_config=str(mounted))
+        # A second job in another namespace will find the image in the registry.
+        other = await kube.new_namespace("again")
+        await create_storage_secret(kube, builds.s3_settings, CREDENTIALS_SECRET, other)
+        async with kube.operator(memo=memo, namespaces=[kube.namespace, other]):
+            await kube.create(ROLLOUT_JOBS, job_manifest("private", [dataset]))
+            pod = await kube.wait_for(lambda: one_build_pod(kube), what="the build", timeout=20)
+            outcomes = await run_build_pod(kube, pod["metadata"]["name"], kube.namespace, tmp_path)
+            image = await kube.wait_for(lambda: _image_phase(kube, "Ready"), what="image Ready")
+            await kube.create(ROLLOUT_JOBS, job_manifest("again", [dataset]), other)
+            name = image["metadata"]["name"]
+            cached = await kube.wait_for(
+                lambda: _phase_of(kube, name, other, "Ready"), what="found in the registry"
+            )
+    assert outcomes["build"].exit_code == 0, outcomes["build"].output
+    assert image["status"]["reason"] == "Built"
+    assert (cached["status"]["reason"], cached["status"]["digest"]) == (
+        "CacheHit",
+        image["status"]["digest"],
+    )
+    # Only the builder gets the push credentials; no status, log or event shows the password.
+    spec = pod["spec"]
+    mounting = {
+        container["name"]
+        for container in [*spec["initContainers"], *spec["containers"]]
+        for mount in container.get("volumeMounts", [])
+        if mount["name"] == "registry-credentials"
+    }
+    assert mounting == {"build"}
+    for found in (image, cached):
+        assert password not in json.dumps(found)
+    log_key = image["status"]["logUri"].split("/", 3)[3]  # s3://<bucket>/<key>
+    assert password not in builds.store.get_bytes(log_key).decode()
+
+
+async def _phase_of(kube: Kube, name: str, namespace: str, phase: str) -> dict[str, Any] | None:
+    found = await kube.find(ROLLOUTIMAGES, name, namespace)
+    return found if found and (found.get("status") or {}).get("phase") == phase else None
 
 
 # --- waiting helpers ------------------------------------------------------------------------------

@@ -935,3 +935,44 @@ def test_notes_say_what_to_do_next() -> None:
     assert "rollout run examples/job.yaml --namespace evals" in namespaced
     assert "s3://eval-results/team-a/jobs/<job>/result.json" in namespaced
     assert "A ServiceMonitor named rollout-operator" in namespaced
+
+
+def test_builds_push_with_the_secret_the_operator_also_looks_images_up_with(
+    tmp_path: Path,
+) -> None:
+    rendered = render(
+        {
+            "images": {
+                "registry": "registry.example.com",
+                "repository": "evals/rollout-env",
+                "pushSecret": "regcred",
+                "pullSecret": "pullcred",
+                "builder": {"type": "buildah"},
+            }
+        }
+    )
+    env = rendered.operator_env
+    spec = rendered.operator["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mount = mounts["registry-credentials"]
+    assert mount["readOnly"] is True
+    assert env["ROLLOUT_IMAGE_REGISTRY_CONFIG"] == f"{mount['mountPath']}/.dockerconfigjson"
+    secret = volumes["registry-credentials"]["secret"]
+    assert secret["secretName"] == "regcred"
+    assert secret["items"] == [{"key": ".dockerconfigjson", "path": ".dockerconfigjson"}]
+    # The operator's own parser takes what the chart gives it (the file stands in for the mount).
+    config_file = tmp_path / ".dockerconfigjson"
+    config_file.write_text('{"auths": {"registry.example.com": {"auth": "dTpw"}}}')
+    config = OperatorConfig.from_env({**env, "ROLLOUT_IMAGE_REGISTRY_CONFIG": str(config_file)})
+    builds = config.builds
+    assert builds is not None
+    assert (builds.registry, builds.repository) == ("registry.example.com", "evals/rollout-env")
+    assert (builds.push_secret, builds.pull_secret) == ("regcred", "pullcred")
+    assert builds.builder.type == "buildah"
+    assert config.image_registry_config == str(config_file)
+    # Without a push Secret, nothing is mounted and look-ups are anonymous.
+    plain = render({"images": {"registry": "registry.example.com"}})
+    assert "ROLLOUT_IMAGE_REGISTRY_CONFIG" not in plain.operator_env
+    plain_spec = plain.operator["spec"]["template"]["spec"]
+    assert "registry-credentials" not in {v["name"] for v in plain_spec["volumes"]}

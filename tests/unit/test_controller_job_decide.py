@@ -684,3 +684,27 @@ def test_trials_waiting_for_their_image_hold_their_slots() -> None:
     building = image_entry(name, phase=ImagePhase.BUILDING)
     decision = decide_job(view(plan, trials=waiting, images={name: building}), config=BUILDS)
     assert created(decision) == []  # nConcurrentTrials is 3: the 3 waiting trials are running
+
+
+def test_a_waiting_trial_whose_image_is_gone_and_named_otherwise_now_fails_not_hangs() -> None:
+    plan = built_plan()
+    waiting = {
+        t.name: TrialEntry(
+            "ns", t.name, f"uid-{t.name}", "1", t.key.agent, "d", t.key.task, t.key.attempt,
+            phase=TrialPhase.PENDING, image_build="env-made-under-other-settings",
+            waiting_for_image=True, created_at=NOW - timedelta(minutes=5),
+        )
+        for t in plan.plan.trials[:1]
+    }  # fmt: skip
+    looks = [TrialLook(entry) for entry in waiting.values()]
+    decision = decide_job(view(plan, trials=waiting, looks=looks), config=BUILDS)
+    made = [e.name for e in of_type(decision, EnsureImage)]  # for the trials made now
+    assert "env-made-under-other-settings" not in made
+    (step,) = of_type(decision, TrialStep)
+    failure = step.action.status
+    assert failure["error"]["type"] == "environment_build_failed"
+    assert "env-made-under-other-settings" in failure["error"]["message"]
+    assert failure["failureClass"] == "infrastructure"
+    # The same without a registry any more (the operator's settings lost it).
+    lost = decide_job(view(plan, trials=waiting, looks=looks), config=CONFIG)
+    assert len(of_type(lost, TrialStep)) == 1

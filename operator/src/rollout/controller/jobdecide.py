@@ -41,11 +41,18 @@ from datetime import datetime
 from typing import Any
 
 from rollout.api.errors import ErrorType
+from rollout.api.failures import BUILD_NOT_RUN
 from rollout.api.plan import PlannedTrial
 from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec, TrialPhase
 from rollout.api.results import JobResult
 from rollout.api.trial_spec import task_error
-from rollout.controller.builds import BuildRefused, ImageBuild, image_manifest, plan_image
+from rollout.controller.builds import (
+    BuildRefused,
+    BuildSettings,
+    ImageBuild,
+    image_manifest,
+    plan_image,
+)
 from rollout.controller.config import OperatorConfig
 from rollout.controller.cost import trial_cost
 from rollout.controller.finish import job_result
@@ -406,6 +413,9 @@ def _trial_steps(
         trial = look.trial
         if trial.finished and (not trial.runs_in_pod or look.pod is None):
             continue  # the common case of a finished trial: nothing left to clean up
+        if (orphaned := _orphaned(view, planned, look, config, place)) is not None:
+            steps.append(TrialStep(trial, orphaned, place))
+            continue
         action = decide(
             trial,
             look.pod,
@@ -427,6 +437,61 @@ def _trial_steps(
         else:
             steps.append(TrialStep(trial, action, place))
     return steps, frozenset(waiting)
+
+
+ORPHANED = (
+    "The trial waits for an image that is no longer built: its RolloutImage {name} is gone (or "
+    "failed for an earlier job), and the operator's build settings have changed since the trial "
+    "was made (its builder, platform or registry), so it cannot be made again as it was. Run "
+    "the job again."
+)
+
+
+def _orphaned(
+    view: JobView, planned: Planned, look: TrialLook, config: OperatorConfig, place: TrialPlace
+) -> PatchStatus | None:
+    """The failure of a trial waiting for an image that is gone and that this operator would
+    not make again under that name (its settings changed meanwhile); None otherwise."""
+    trial = look.trial
+    if trial.image_build is None or trial.finished or look.pod is not None:
+        return None
+    if trial.phase == TrialPhase.RUNNING or look.pod_created:
+        return None
+    image = view.images.get(trial.image_build)
+    lost = image is None or (image.failed and _failed_before(image, view.created_at))
+    if not lost or _remade(view, planned, trial, config.builds) is not None:
+        return None
+    return fail_trial(
+        trial.key,
+        place,
+        ErrorType.ENVIRONMENT_BUILD_FAILED,
+        ORPHANED.format(name=trial.image_build),
+        view.now,
+        tries=trial.tries,
+        created_at=trial.created_at,
+        cost=trial_cost(trial.cost, None, config.unit_prices, now=view.now),
+        class_override=BUILD_NOT_RUN,
+        in_setup=True,
+    )
+
+
+def _remade(
+    view: JobView, planned: Planned, trial: TrialEntry, settings: BuildSettings | None
+) -> tuple[ImageBuild, PlannedTrial] | None:
+    """The build that makes a waiting trial's RolloutImage again, under its name; None when
+    this operator's settings would name it otherwise (or build nothing)."""
+    planned_trial = planned.plan.by_name.get(trial.name)
+    if planned_trial is None or settings is None:
+        return None
+    build = plan_image(
+        planned_trial,
+        force_build=planned.job.spec.environment.force_build,
+        settings=settings,
+        job_uid=view.uid,
+    )
+    if isinstance(build, ImageBuild) and build.name == trial.image_build:
+        return build, planned_trial
+    return None
 
 
 def _without_pod_deletion(action: TrialAction) -> TrialAction:
@@ -524,17 +589,8 @@ def _image_actions(
         trial = look.trial
         if trial.image_build is None or trial.finished or trial.image_build in wanted:
             continue
-        planned_trial = planned.plan.by_name.get(trial.name)
-        if planned_trial is None:
-            continue
-        build = plan_image(
-            planned_trial,
-            force_build=planned.job.spec.environment.force_build,
-            settings=settings,
-            job_uid=view.uid,
-        )
-        if isinstance(build, ImageBuild) and build.name == trial.image_build:
-            wanted[build.name] = (build, planned_trial)
+        if (remade := _remade(view, planned, trial, settings)) is not None:
+            wanted[trial.image_build] = remade
     actions: list[EnsureImage] = []
     for name, (build, first) in wanted.items():
         found = view.images.get(name)
