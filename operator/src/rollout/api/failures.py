@@ -9,8 +9,9 @@ and two rules stand beside it:
 
 - the oracle agent runs the task's own solution/solve.sh, so what the table gives the agent is
   the task's when the agent is the oracle (`failure_class`);
-- an image build that could not run at all (this version has no image builder) is the
-  infrastructure's, although its error type is `environment_build_failed` (`BUILD_NOT_RUN`).
+- an image build that could not run at all (no registry to build into, a registry that cannot
+  be asked, a build Pod that could not start or was lost) is the infrastructure's, although its
+  error type is `environment_build_failed` (`BUILD_NOT_RUN`).
 
 The README's "Failure classes" section gives the reason for each row; a test keeps its table and
 this one the same.
@@ -69,7 +70,8 @@ beside it, and the README for each row's reason)."""
 
 BUILD_NOT_RUN: Final = FailureClass.INFRASTRUCTURE
 """The class of `environment_build_failed` when the build could not run at all (the operator's
-own failure: this version has no image builder), where the table would say the task's."""
+own failure, or the cluster's: `rollout.controller.builds`, `rollout.controller.trials`), where
+the table would say the task's."""
 
 
 def failure_class(error_type: ErrorType, *, agent_name: str) -> FailureClass:

@@ -21,7 +21,9 @@ from rollout.api.taskdir import no_solution_message
 from rollout.api.timeouts import effective_timeouts
 
 UNBUILT_IMAGE = "unbuilt"
-"""spec.image of a trial whose image would have to be built (the field is required)."""
+"""spec.image of a trial whose image must be built and is not named yet (the field is
+required): local mode builds it itself, and on a cluster such a trial fails when it is made
+(no registry, no Dockerfile); one built in the cluster is named (`built`)."""
 
 
 def task_error(planned: PlannedTrial) -> TrialError | None:
