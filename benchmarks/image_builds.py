@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import sys
 import tempfile
 import time
@@ -65,13 +64,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from operator_throughput import api, free_port  # noqa: E402
+from operator_throughput import api, operator_env, run_operator  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
 from buildah_kit import base_image_unavailable_reason, push_base_image  # noqa: E402
 from fakecontainer import unavailable_reason as fake_container_unavailable  # noqa: E402
 from kubeharness.build_kubelet import run_build_pod  # noqa: E402
-from kubeharness.identity import Identity  # noqa: E402
 from kubeharness.kube import Kube  # noqa: E402
 from kubeharness.kubelet import run_trial_pod  # noqa: E402
 from kubeharness.polling import wait_for  # noqa: E402
@@ -169,53 +167,30 @@ async def operator_process(
 ) -> AsyncIterator[Callable[[], None]]:
     """The operator, configured for Buildah builds into `registry`; yields a check that it is
     still running (for the waits)."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(
-            kube.write_kubeconfig(workdir / "kubeconfig", identity=Identity.OPERATOR)
-        ),
-        "ROLLOUT_NAMESPACES": ",".join(namespaces),
-        "ROLLOUT_RUNNER_IMAGE": "rollout-runner:bench",
-        "ROLLOUT_PEERING": "",
-        "ROLLOUT_STORAGE_BUCKET": storage.bucket,
-        "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint or "",
-        "ROLLOUT_STORAGE_PATH_STYLE": "true",
-        "ROLLOUT_STORAGE_CREDENTIALS_SECRET": CREDENTIALS_SECRET,
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-        "ROLLOUT_IMAGE_REGISTRY": registry.host,
-        "ROLLOUT_IMAGE_REGISTRY_PLAIN_HTTP": "true",
-        "ROLLOUT_BUILDER": "buildah",
-        "ROLLOUT_METRICS_PORT": str(free_port()),
-        "ROLLOUT_HEALTH_PORT": str(free_port()),
-        "ROLLOUT_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "warning"),
-    }
+    env = operator_env(
+        kube,
+        namespaces,
+        storage,
+        workdir,
+        (ACCESS_KEY, SECRET_KEY),
+        ROLLOUT_STORAGE_CREDENTIALS_SECRET=CREDENTIALS_SECRET,
+        ROLLOUT_IMAGE_REGISTRY=registry.host,
+        ROLLOUT_IMAGE_REGISTRY_PLAIN_HTTP="true",
+        ROLLOUT_BUILDER="buildah",
+    )
     for name in ("ROLLOUT_BUILD_POLL_SEC", "ROLLOUT_IMAGE_PULL_REGISTRY", "ROLLOUT_BUILDER_IMAGE"):
         env.pop(name, None)  # the operator's defaults, whatever this shell has
-    script = Path(sys.executable).parent / "rollout-operator"
     log_path = workdir / "operator.log"
-    with log_path.open("ab") as log:
-        process = await asyncio.create_subprocess_exec(
-            str(script), env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
-        )
+    async with run_operator(env, log_path) as process:
 
-    def alive() -> None:
-        if process.returncode is not None:
-            tail = log_path.read_text(errors="replace").splitlines()[-30:]
-            raise SystemExit(
-                f"the operator exited ({process.returncode}); its log:\n" + "\n".join(tail)
-            )
+        def alive() -> None:
+            if process.returncode is not None:
+                tail = log_path.read_text(errors="replace").splitlines()[-30:]
+                raise SystemExit(
+                    f"the operator exited ({process.returncode}); its log:\n" + "\n".join(tail)
+                )
 
-    try:
         yield alive
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
 
 
 def parse_timestamp(value: str) -> datetime:

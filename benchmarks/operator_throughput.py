@@ -143,34 +143,50 @@ def job(name: str, dataset: dict[str, str], attempts: int, concurrency: int) -> 
     }
 
 
-@contextlib.asynccontextmanager
-async def operator_process(
-    kube: Kube, storage: StorageLocation, workdir: Path
-) -> AsyncIterator[int]:
-    env = {
+def operator_env(
+    kube: Kube,
+    namespaces: list[str],
+    storage: StorageLocation,
+    workdir: Path,
+    credentials: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
+    **settings: str,
+) -> dict[str, str]:
+    """The `rollout-operator` process's environment: this shell's, the test API as the chart's
+    ServiceAccount, `namespaces`, the storage and its credentials, free ports, and more
+    ROLLOUT_* `settings`."""
+    return {
         **os.environ,
         "KUBECONFIG": str(
             kube.write_kubeconfig(workdir / "kubeconfig", identity=Identity.OPERATOR)
         ),
-        "ROLLOUT_NAMESPACES": kube.namespace,
+        "ROLLOUT_NAMESPACES": ",".join(namespaces),
         "ROLLOUT_RUNNER_IMAGE": "rollout-runner:bench",
         "ROLLOUT_PEERING": "",
         "ROLLOUT_STORAGE_BUCKET": storage.bucket,
         "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint or "",
         "ROLLOUT_STORAGE_PATH_STYLE": "true",
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_ACCESS_KEY_ID": credentials[0],
+        "AWS_SECRET_ACCESS_KEY": credentials[1],
         "ROLLOUT_METRICS_PORT": str(free_port()),
         "ROLLOUT_HEALTH_PORT": str(free_port()),
         "ROLLOUT_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "warning"),
+        **settings,
     }
+
+
+@contextlib.asynccontextmanager
+async def run_operator(
+    env: dict[str, str], log_path: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The `rollout-operator` console script of this venv as a process, its output in
+    `log_path`; stopped (SIGTERM, then SIGKILL after 30 s) at the end."""
     script = Path(sys.executable).parent / "rollout-operator"
-    with (workdir / "operator.log").open("ab") as log:
+    with log_path.open("ab") as log:
         process = await asyncio.create_subprocess_exec(
             str(script), env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
         )
     try:
-        yield process.pid
+        yield process
     finally:
         if process.returncode is None:
             process.terminate()
@@ -179,6 +195,15 @@ async def operator_process(
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def operator_process(
+    kube: Kube, storage: StorageLocation, workdir: Path
+) -> AsyncIterator[int]:
+    env = operator_env(kube, [kube.namespace], storage, workdir)
+    async with run_operator(env, workdir / "operator.log") as process:
+        yield process.pid
 
 
 class PostCounter:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -28,6 +26,7 @@ import bcrypt
 import yaml
 
 from loopback import HOST, free_port
+from server_process import ServerProcess
 
 DOCKER_REGISTRY = "docker-registry"
 DOCKER_REGISTRY_PACKAGE = "docker-registry"
@@ -87,7 +86,7 @@ class RegistryServer:
         self._workdir = workdir or Path(tempfile.mkdtemp(prefix="registry-"))
         self._users = dict(users or {})
         self._token_auth = token_auth
-        self._process: subprocess.Popen[bytes] | None = None
+        self._server = ServerProcess(f"the registry on {self.host}", self.log_path)
 
     @property
     def host(self) -> str:
@@ -108,61 +107,27 @@ class RegistryServer:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._server.running
 
     def start(self, timeout: float = START_TIMEOUT_SEC) -> None:
         """Start the registry; return once `/v2/` answers."""
         reason = registry_unavailable_reason()
         if reason is not None:
             raise RuntimeError(reason)
-        if self.running:
-            raise RuntimeError(f"the registry on {self.host} is already running")
         config = self._write_config()
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                [DOCKER_REGISTRY, "serve", str(config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        self._wait_until_it_answers(timeout)
-
-    def _wait_until_it_answers(self, timeout: float) -> None:
-        assert self._process is not None
-        deadline = time.monotonic() + timeout
-        while not _answers(f"{self.url}/v2/"):
-            if self._process.poll() is not None:
-                raise RuntimeError(
-                    f"the registry on {self.host} exited with {self._process.returncode}:\n"
-                    + self.log_tail()
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(
-                    f"the registry on {self.host} did not answer within {timeout} s:\n"
-                    + self.log_tail()
-                )
-            # Polling interval for the readiness check, not a synchronisation sleep.
-            time.sleep(0.05)
+        self._server.start(
+            [DOCKER_REGISTRY, "serve", str(config)],
+            lambda: _answers(f"{self.url}/v2/"),
+            timeout=timeout,
+            until="answer",
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the registry (SIGTERM, then SIGKILL after `timeout`); its port is then closed."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
+        self._server.stop(timeout)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return self._server.log_tail(lines)
 
     def _write_config(self) -> Path:
         self._workdir.mkdir(parents=True, exist_ok=True)

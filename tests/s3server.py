@@ -17,11 +17,9 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator
@@ -29,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 from loopback import HOST, free_port  # as a script too: tests/ is then its own directory
+from server_process import ServerProcess
 
 # moto accepts any credentials unless authentication is switched on (see `enable_auth`).
 BOOTSTRAP_CREDENTIALS = {"aws_access_key_id": "bootstrap", "aws_secret_access_key": "bootstrap"}
@@ -53,8 +52,9 @@ class S3Server:
     def __init__(self, port: int | None = None, *, log_dir: Path | None = None) -> None:
         self.port = port if port is not None else free_port()
         self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="s3server-"))
-        self._log_path = self._log_dir / f"moto-{self.port}.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        self._server = ServerProcess(
+            f"the S3 server on port {self.port}", self._log_dir / f"moto-{self.port}.log"
+        )
 
     @property
     def endpoint_url(self) -> str:
@@ -62,49 +62,23 @@ class S3Server:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._server.running
 
     def start(
         self, buckets: Iterable[str] = (), region: str = "us-east-1", timeout: float = 30.0
     ) -> None:
         """Start the server with `buckets` already created; return once it accepts connections."""
-        if self.running:
-            raise RuntimeError(f"the S3 server on port {self.port} is already running")
         command = [sys.executable, str(Path(__file__).resolve()), "--port", str(self.port)]
         command += ["--region", region]
         for bucket in buckets:
             command += ["--bucket", bucket]
-        with self._log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        deadline = time.monotonic() + timeout
-        while not _accepts_connections(self.port):
-            if self._process.poll() is not None:
-                raise RuntimeError(
-                    f"the S3 server on port {self.port} exited with {self._process.returncode}:\n"
-                    + self.log_tail()
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(
-                    f"the S3 server on port {self.port} did not open within {timeout} s:\n"
-                    + self.log_tail()
-                )
-            # Polling interval for the readiness check, not a synchronisation sleep.
-            time.sleep(0.05)
+        self._server.start(
+            command, lambda: _accepts_connections(self.port), timeout=timeout, until="open"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server; afterwards connections to its port are refused."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
+        self._server.stop(timeout)
 
     def restart(self, buckets: Iterable[str] = (), region: str = "us-east-1") -> None:
         self.stop()
@@ -127,11 +101,7 @@ class S3Server:
             json.loads(response.read())
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return self._server.log_tail(lines)
 
     def __enter__(self) -> S3Server:
         self.start()

@@ -160,6 +160,11 @@ def test_the_oracle_and_a_scripted_agent_score_and_the_seed_layout_is_on_disk(
     scripted = space.trial("scripted", "hello-offline")
     assert (scripted / "setup" / "stdout.txt").read_text().strip() == "installing"
     assert (scripted / "logs" / "verifier" / "reward.txt").read_text().strip() == "1"
+    # Its store holds the task's archive, and no build context: local mode builds from the
+    # task's own directory.
+    store = space.root / "cache" / "local"
+    assert list((store / "tasks").iterdir())
+    assert not (store / "environments").exists()
     # The same summary as a cluster run, and where the results are.
     assert "scripted" in done.stdout
     assert f"results: {space.job_dir}" in done.stderr

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+import container_statuses
+from container_statuses import ts, waiting
 from rollout.api.resources import ImageReason, RolloutImageSpec
 from rollout.api.wire.build import BuildReport, render_report
 from rollout.controller.build_pod import DEADLINE_MARGIN_SEC, render_build_pod
@@ -59,8 +61,23 @@ IMAGE: dict[str, Any] = {
 SPEC = RolloutImageSpec.model_validate(IMAGE["spec"])
 
 
-def ts(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+def running(name: str, image: str, since: datetime = SCHEDULED) -> dict[str, Any]:
+    return container_statuses.running(name, image, since)
+
+
+def terminated(
+    name: str,
+    image: str,
+    *,
+    code: int,
+    reason: str = "Completed",
+    message: str | None = None,
+    finished: datetime = BUILT,
+) -> dict[str, Any]:
+    return container_statuses.terminated(
+        name, image, code=code, reason=reason, started=SCHEDULED, finished=finished,
+        message=message,
+    )  # fmt: skip
 
 
 def pod_with(status: dict[str, Any], *, deleting: datetime | None = None) -> dict[str, Any]:
@@ -98,64 +115,6 @@ def conditions(
         {"type": "ContainersReady", "status": "False", "lastTransitionTime": ts(scheduled)},
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(scheduled)},
     ]
-
-
-def waiting(name: str, image: str, reason: str, message: str | None = None) -> dict[str, Any]:
-    state: dict[str, Any] = {"reason": reason}
-    if message is not None:
-        state["message"] = message
-    return {
-        "name": name,
-        "image": image,
-        "imageID": "",
-        "ready": False,
-        "restartCount": 0,
-        "started": False,
-        "state": {"waiting": state},
-    }
-
-
-def running(name: str, image: str, since: datetime = SCHEDULED) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": image,
-        "imageID": f"{image.split(':')[0]}@sha256:{'b' * 64}",
-        "containerID": f"containerd://{'c' * 64}",
-        "ready": True,
-        "restartCount": 0,
-        "started": True,
-        "state": {"running": {"startedAt": ts(since)}},
-    }
-
-
-def terminated(
-    name: str,
-    image: str,
-    *,
-    code: int,
-    reason: str = "Completed",
-    message: str | None = None,
-    finished: datetime = BUILT,
-) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "exitCode": code,
-        "reason": reason,
-        "startedAt": ts(SCHEDULED),
-        "finishedAt": ts(finished),
-        "containerID": f"containerd://{'d' * 64}",
-    }
-    if message is not None:
-        state["message"] = message
-    return {
-        "name": name,
-        "image": image,
-        "imageID": f"{image.split(':')[0]}@sha256:{'b' * 64}",
-        "containerID": f"containerd://{'d' * 64}",
-        "ready": False,
-        "restartCount": 0,
-        "started": False,
-        "state": {"terminated": state},
-    }
 
 
 def context_done() -> dict[str, Any]:

@@ -582,6 +582,17 @@ def built_plan(force: bool = False) -> Planned:
     return Planned(job, plan, STORAGE, policy_plan(job, STORAGE, plan))
 
 
+def waiting_trials(plan: Planned, image: str, count: int, **fields: Any) -> dict[str, TrialEntry]:
+    """The plan's first `count` trials, made and waiting for the RolloutImage `image`."""
+    return {
+        t.name: TrialEntry(
+            "ns", t.name, f"uid-{t.name}", "1", t.key.agent, "d", t.key.task, t.key.attempt,
+            phase=TrialPhase.PENDING, image_build=image, waiting_for_image=True, **fields,
+        )
+        for t in plan.plan.trials[:count]
+    }  # fmt: skip
+
+
 def image_entry(name: str, **fields: Any) -> ImageEntry:
     values: dict[str, Any] = {"pull_image": "localhost:5001/rollout-env:h", "image_hash": "f" * 64}
     values.update(fields)
@@ -657,13 +668,7 @@ def test_a_waiting_trial_whose_image_is_gone_gets_it_made_again() -> None:
     first = decide_job(view(built_plan(), trials={}), config=BUILDS)
     name = of_type(first, EnsureImage)[0].name
     plan = built_plan()
-    waiting = {
-        t.name: TrialEntry(
-            "ns", t.name, f"uid-{t.name}", "1", t.key.agent, "d", t.key.task, t.key.attempt,
-            phase=TrialPhase.PENDING, image_build=name, waiting_for_image=True,
-        )
-        for t in plan.plan.trials[:3]
-    }  # fmt: skip
+    waiting = waiting_trials(plan, name, 3)
     looks = [TrialLook(entry) for entry in waiting.values()]
     decision = decide_job(view(plan, trials=waiting, looks=looks), config=BUILDS)
     assert [e.name for e in of_type(decision, EnsureImage)] == [name]
@@ -674,13 +679,7 @@ def test_trials_waiting_for_their_image_hold_their_slots() -> None:
     first = decide_job(view(built_plan(), trials={}), config=BUILDS)
     name = of_type(first, EnsureImage)[0].name
     plan = built_plan()
-    waiting = {
-        t.name: TrialEntry(
-            "ns", t.name, f"uid-{t.name}", "1", t.key.agent, "d", t.key.task, t.key.attempt,
-            phase=TrialPhase.PENDING, image_build=name, waiting_for_image=True,
-        )
-        for t in plan.plan.trials[:3]
-    }  # fmt: skip
+    waiting = waiting_trials(plan, name, 3)
     building = image_entry(name, phase=ImagePhase.BUILDING)
     decision = decide_job(view(plan, trials=waiting, images={name: building}), config=BUILDS)
     assert created(decision) == []  # nConcurrentTrials is 3: the 3 waiting trials are running
@@ -688,14 +687,8 @@ def test_trials_waiting_for_their_image_hold_their_slots() -> None:
 
 def test_a_waiting_trial_whose_image_is_gone_and_named_otherwise_now_fails_not_hangs() -> None:
     plan = built_plan()
-    waiting = {
-        t.name: TrialEntry(
-            "ns", t.name, f"uid-{t.name}", "1", t.key.agent, "d", t.key.task, t.key.attempt,
-            phase=TrialPhase.PENDING, image_build="env-made-under-other-settings",
-            waiting_for_image=True, created_at=NOW - timedelta(minutes=5),
-        )
-        for t in plan.plan.trials[:1]
-    }  # fmt: skip
+    made = NOW - timedelta(minutes=5)
+    waiting = waiting_trials(plan, "env-made-under-other-settings", 1, created_at=made)
     looks = [TrialLook(entry) for entry in waiting.values()]
     decision = decide_job(view(plan, trials=waiting, looks=looks), config=BUILDS)
     made = [e.name for e in of_type(decision, EnsureImage)]  # for the trials made now

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+import container_statuses
+from container_statuses import ts, waiting
 from rollout.api.errors import ErrorType
 from rollout.api.resources import TrialPhase
 from rollout.api.wire import termination
@@ -52,8 +54,23 @@ TRIAL = {
 }
 
 
-def ts(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+def running(name: str, image: str, since: datetime = SCHEDULED) -> dict[str, Any]:
+    return container_statuses.running(name, image, since)
+
+
+def terminated(
+    name: str,
+    image: str,
+    *,
+    code: int,
+    reason: str,
+    finished: datetime,
+    message: str | None = None,
+) -> dict[str, Any]:
+    return container_statuses.terminated(
+        name, image, code=code, reason=reason, started=SCHEDULED, finished=finished,
+        message=message,
+    )  # fmt: skip
 
 
 def pod_with(status: dict[str, Any], *, deleting: datetime | None = None) -> dict[str, Any]:
@@ -81,64 +98,6 @@ def scheduled_conditions(ready: bool = False) -> list[dict[str, Any]]:
         {"type": "ContainersReady", "status": state, "lastTransitionTime": ts(SCHEDULED)},
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(SCHEDULED)},
     ]
-
-
-def waiting(name: str, image: str, reason: str, message: str | None = None) -> dict[str, Any]:
-    state: dict[str, Any] = {"reason": reason}
-    if message is not None:
-        state["message"] = message
-    return {
-        "name": name,
-        "image": image,
-        "imageID": "",
-        "ready": False,
-        "restartCount": 0,
-        "started": False,
-        "state": {"waiting": state},
-    }
-
-
-def running(name: str, image: str, since: datetime = SCHEDULED) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": image,
-        "imageID": f"{image.split(':')[0]}@sha256:{'b' * 64}",
-        "containerID": f"containerd://{'c' * 64}",
-        "ready": True,
-        "restartCount": 0,
-        "started": True,
-        "state": {"running": {"startedAt": ts(since)}},
-    }
-
-
-def terminated(
-    name: str,
-    image: str,
-    *,
-    code: int,
-    reason: str,
-    finished: datetime,
-    message: str | None = None,
-) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "exitCode": code,
-        "reason": reason,
-        "startedAt": ts(SCHEDULED),
-        "finishedAt": ts(finished),
-        "containerID": f"containerd://{'d' * 64}",
-    }
-    if message is not None:
-        state["message"] = message
-    return {
-        "name": name,
-        "image": image,
-        "imageID": f"{image.split(':')[0]}@sha256:{'b' * 64}",
-        "containerID": f"containerd://{'d' * 64}",
-        "ready": False,
-        "restartCount": 0,
-        "started": False,
-        "state": {"terminated": state},
-    }
 
 
 def pending(*containers: dict[str, Any], scheduled: bool = True) -> dict[str, Any]:

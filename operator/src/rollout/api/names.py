@@ -17,6 +17,8 @@ LABEL_TRIAL = f"{GROUP}/trial"
 LABEL_AGENT = f"{GROUP}/agent"
 LABEL_DATASET = f"{GROUP}/dataset"
 LABEL_TASK = f"{GROUP}/task"
+LABEL_COMPONENT = f"{GROUP}/component"
+"""What one of our objects is for: `trial-pod`, `image-build`, `image` (a RolloutImage), ..."""
 
 FINALIZER = f"{GROUP}/finalizer"
 """The operator's finalizer on every RolloutJob: it stops its work on a deleted job before the

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     jobs_dir.mkdir(parents=True, exist_ok=True)
     store = DirectoryStore(_store_root(environ), jobs_dir=jobs_dir)
-    for report in publish_datasets(store, prepared.datasets):
+    for report in publish_datasets(store, prepared.datasets, build_contexts=False):
         if report.archives_uploaded:
             note(report.describe(store))
 

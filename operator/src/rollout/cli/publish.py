@@ -91,9 +91,16 @@ class PublishReport:
 
 
 def publish_datasets(
-    store: WritableStore, datasets: Sequence[PreparedDataset], *, workers: int = WORKERS
+    store: WritableStore,
+    datasets: Sequence[PreparedDataset],
+    *,
+    workers: int = WORKERS,
+    build_contexts: bool = True,
 ) -> list[PublishReport]:
-    """Publish each dataset's bundle, skipping what storage already has (module docstring)."""
+    """Publish each dataset's bundle, skipping what storage already has (module docstring).
+
+    `build_contexts=False` leaves out the build contexts: local mode builds from the task's own
+    directory, and nothing in its store reads them."""
     prefix = store.prefix
     manifest_keys = [dataset_manifest_key(prefix, d.digest) for d in datasets]
     have_manifest = dict(
@@ -112,7 +119,7 @@ def publish_datasets(
                 continue  # a broken task: listed with its error, it has no archive
             archive_key = task_archive_key(prefix, entry.content_hash)
             owner.setdefault(archive_key, (index, partial(task_archive, task.path)))
-            if entry.environment_hash is not None:
+            if build_contexts and entry.environment_hash is not None:
                 context_key = environment_archive_key(prefix, entry.environment_hash)
                 owner.setdefault(context_key, (index, partial(environment_archive, task)))
                 contexts.add(context_key)

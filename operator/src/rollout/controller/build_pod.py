@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.api.names import controller_reference
+from rollout.api.names import LABEL_COMPONENT, controller_reference
 from rollout.api.resources import (
     GROUP,
     BuilderType,
@@ -49,7 +49,6 @@ CONTEXT_CONTAINER = "context"
 BUILD_CONTAINER = "build"
 REPORT_CONTAINER = "report"
 
-LABEL_COMPONENT = f"{GROUP}/component"
 BUILD_POD_COMPONENT = "image-build"
 LABEL_IMAGE = f"{GROUP}/image"
 
@@ -92,12 +91,13 @@ _WRAP = """\
 set -u
 out="$ROLLOUT_BUILD_OUT"
 mkdir -p "$out"
-( {command}
+{setup}( {command}
   echo $? > "$out/status" ) 2>&1 | tee "$out/build.log"
 mv "$out/status" "$out/exit"
 """
-"""Runs `{command}` with its output in the log (and on stdout), then writes its exit status to
-`exit` once the log is complete: `report` reads the log only after it sees `exit`."""
+"""After the builder's `{setup}` (which may write into $out), runs `{command}` with its output
+in the log (and on stdout), then writes its exit status to `exit` once the log is complete:
+`report` reads the log only after it sees `exit`."""
 
 _BUILDKIT = """\
 output="type=image,name=$ROLLOUT_BUILD_IMAGE,push=true"
@@ -145,9 +145,7 @@ def builder_script(builder: BuilderType) -> str:
         setup, command = _BUILDKIT, _BUILDKIT_COMMAND
     else:
         setup, command = _BUILDAH, _BUILDAH_COMMAND
-    wrap = _WRAP.splitlines(keepends=True)
-    # The setup goes after `mkdir` (it writes into $out), before the command.
-    return "".join(wrap[:3]) + setup + "".join(wrap[3:]).replace("{command}", command)
+    return _WRAP.replace("{setup}", setup).replace("{command}", command)
 
 
 def build_pod_name(image_name: str, attempt: int) -> str:

@@ -29,7 +29,7 @@ from rollout.api.images import (
     needs_build,
 )
 from rollout.api.layout import build_log_key, environment_archive_key
-from rollout.api.names import LABEL_JOB, controller_reference
+from rollout.api.names import LABEL_COMPONENT, LABEL_JOB, controller_reference
 from rollout.api.plan import PlannedTrial
 from rollout.api.resources import (
     API_VERSION,
@@ -51,8 +51,8 @@ DEFAULT_BUILDER_IMAGES: dict[BuilderType, str] = {
 }
 """Each builder's image, pinned: the builder's version is part of every image hash."""
 
-LABEL_IMAGE_COMPONENT = "rollout.dev/component"
 IMAGE_COMPONENT = "image"
+"""The `rollout.dev/component` label of a RolloutImage."""
 
 _HOST = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]{1,5})?")
 _COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
@@ -204,7 +204,7 @@ def image_manifest(
     metadata: dict[str, Any] = {
         "name": build.name,
         "namespace": namespace,
-        "labels": {LABEL_IMAGE_COMPONENT: IMAGE_COMPONENT},
+        "labels": {LABEL_COMPONENT: IMAGE_COMPONENT},
     }
     if build.forced:
         metadata["labels"][LABEL_JOB] = label_value(job_name)

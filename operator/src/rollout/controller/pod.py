@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from rollout.api.environment import EnvironmentType
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.names import controller_reference
+from rollout.api.names import LABEL_COMPONENT, controller_reference
 from rollout.api.network import EGRESS_LABEL
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import (
@@ -66,7 +66,6 @@ from rollout.storage import ENV_CREDENTIALS_DIR, location_env
 ENVIRONMENT_CONTAINER = "environment"
 RUNNER_CONTAINER = "runner"
 
-LABEL_COMPONENT = f"{GROUP}/component"
 TRIAL_POD_COMPONENT = "trial-pod"
 ANNOTATION_RETRY = f"{GROUP}/retry"
 """How many times the trial's Pod was replaced after an infrastructure loss (0 for the first)."""

@@ -42,7 +42,7 @@ import docker.errors
 import docker.types
 
 from rollout.api.errors import ErrorType
-from rollout.api.names import GROUP
+from rollout.api.names import LABEL_COMPONENT
 from rollout.api.quantity import parse_quantity
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.trials import TrialKey, trial_labels, trial_resource_name
@@ -57,7 +57,6 @@ DEFAULT_ENGINE_ADDRESS = "unix:///var/run/docker.sock"
 ENGINE_TIMEOUT_SEC = 60
 """How long one call to the engine may take (pulls and builds stream, and have no limit)."""
 LOGS_DIR = "/logs"
-LABEL_COMPONENT = f"{GROUP}/component"
 LOCAL_ENVIRONMENT_COMPONENT = "local-environment"
 """The component label of every container local mode starts, so that
 `docker ps --filter label=rollout.dev/component=local-environment` lists them."""
