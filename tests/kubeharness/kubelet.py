@@ -143,7 +143,10 @@ class PodRunner:
 
     def run(self, timeout: float = 120.0) -> PodOutcome:
         containers = containers_of(self.pod)
-        environment, runner = containers[ENVIRONMENT], containers[RUNNER]
+        runner = containers[RUNNER]
+        if ENVIRONMENT not in containers:  # a Pod of the runner alone (the oracle's data rows)
+            return self._run_runner(runner, None, timeout)
+        environment = containers[ENVIRONMENT]
         env_argv = container_argv(environment, container_env(environment, self.secrets))
         base = self.workdir / "environment"
         base.mkdir()
@@ -156,7 +159,7 @@ class PodRunner:
         return outcome
 
     def _run_runner(
-        self, runner: Mapping[str, Any], container: FakeContainer, timeout: float
+        self, runner: Mapping[str, Any], container: FakeContainer | None, timeout: float
     ) -> PodOutcome:
         mounts = self._runner_mounts(runner, container)
         env = {
@@ -183,17 +186,24 @@ class PodRunner:
         )
 
     def _runner_mounts(
-        self, runner: Mapping[str, Any], container: FakeContainer
+        self, runner: Mapping[str, Any], container: FakeContainer | None
     ) -> dict[str, Path]:
-        """Mount path -> host directory for the runner's volumes."""
+        """Mount path -> host directory for the runner's volumes (without an environment
+        container, each its own directory)."""
         volumes = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
-        environment_mounts = {
-            m["name"]: m["mountPath"] for m in containers_of(self.pod)[ENVIRONMENT]["volumeMounts"]
-        }
-        shared = {  # the fake container binds these two at the environment's mount paths
-            "/rollout": container.control_dir,
-            "/logs": container.logs_dir,
-        }
+        environment_mounts = (
+            {
+                m["name"]: m["mountPath"]
+                for m in containers_of(self.pod)[ENVIRONMENT]["volumeMounts"]
+            }
+            if container is not None
+            else {}
+        )
+        shared = (  # the fake container binds these two at the environment's mount paths
+            {"/rollout": container.control_dir, "/logs": container.logs_dir}
+            if container is not None
+            else {}
+        )
         mounts: dict[str, Path] = {}
         for mount in runner.get("volumeMounts", []):
             volume = volumes[mount["name"]]
@@ -242,18 +252,14 @@ async def secrets_of(kube: Kube, namespace: str) -> dict[tuple[str, str], str]:
 async def run_trial_pod(kube: Kube, name: str, namespace: str, workdir: Path) -> PodOutcome:
     """Run a trial Pod for real and report its end through the Pod's status, as a kubelet."""
     pod = await kube.get("v1/pods", name, namespace)
-    await kube.set_pod_status(
-        name, namespace, containers={ENVIRONMENT: running(), RUNNER: running()}
-    )
+    alone = ENVIRONMENT not in containers_of(pod)  # the runner alone (the oracle's data rows)
+    started = {RUNNER: running()} if alone else {ENVIRONMENT: running(), RUNNER: running()}
+    await kube.set_pod_status(name, namespace, containers=started)
     runner = PodRunner(pod, await secrets_of(kube, namespace), workdir)
     outcome = await asyncio.to_thread(runner.run)
     code = outcome.environment_exit_code
-    await kube.set_pod_status(
-        name,
-        namespace,
-        containers={
-            RUNNER: terminated(outcome.exit_code, message=outcome.message),
-            ENVIRONMENT: running() if code is None else terminated(code),
-        },
-    )
+    ended = {RUNNER: terminated(outcome.exit_code, message=outcome.message)}
+    if not alone:
+        ended[ENVIRONMENT] = running() if code is None else terminated(code)
+    await kube.set_pod_status(name, namespace, containers=ended)
     return outcome

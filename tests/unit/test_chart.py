@@ -779,7 +779,10 @@ def test_every_image_comes_from_values_and_is_never_forced_to_pull() -> None:
                 "mcImage": {"repository": "registry.example.test/mc", "tag": "c1"},
             },
             "image": {"repository": "registry.example.test/operator", "tag": "o1"},
-            "runner": {"image": {"repository": "registry.example.test/runner", "tag": "r1"}},
+            "runner": {
+                "image": {"repository": "registry.example.test/runner", "tag": "r1"},
+                "rowsImage": "registry.example.test/python:3.12-slim",
+            },
         }
     )
     images = set()
@@ -795,6 +798,10 @@ def test_every_image_comes_from_values_and_is_never_forced_to_pull() -> None:
     env = rendered.operator_env
     assert env["ROLLOUT_RUNNER_IMAGE"] == "registry.example.test/runner:r1"
     assert env["ROLLOUT_RUNNER_IMAGE_PULL_POLICY"] == "IfNotPresent"
+    assert env["ROLLOUT_ROWS_IMAGE"] == "registry.example.test/python:3.12-slim"
+    # The operator reads the variable the chart sets (the mounted credentials aside).
+    read = {k: v for k, v in env.items() if k != "ROLLOUT_STORAGE_CREDENTIALS_DIR"}
+    assert OperatorConfig.from_env(read).rows_image == "registry.example.test/python:3.12-slim"
 
 
 def test_image_tags_default_to_the_app_version() -> None:

@@ -619,3 +619,42 @@ def test_the_pod_deadline_covers_every_phase_unless_the_environment_is_preserved
     assert pod["spec"]["activeDeadlineSeconds"] == 3000
     preserved = render(make_trial(preserveEnv=True))
     assert "activeDeadlineSeconds" not in preserved["spec"]
+
+
+# --- shards of data rows ----------------------------------------------------------------------
+
+ROWS = {
+    "number": 1,
+    "items": [{"id": "q1", "attempt": 1}, {"id": "q2", "attempt": 1}],
+    "verifier": {"kind": "metric", "metric": "llm_judgement"},
+    "evaluator": {
+        "modelName": "judge",
+        "baseUrl": "http://judge.example/v1",
+        "apiKey": {"name": "nightly-evals-agent-env", "key": "evaluator-api-key"},
+    },
+}
+
+
+def test_a_shard_of_the_oracles_rows_is_a_pod_of_the_runner_alone() -> None:
+    trial = make_trial(taskName="shard-000001", attempt=1, agent={"name": "oracle"}, rows=ROWS)
+    pod = render(trial)
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["runner"]
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(pod, version, strict=True)
+    # The evaluator's key reaches the runner from the Secret, never as a literal.
+    key = env_of(container(pod, "runner"))["ROLLOUT_EVALUATOR_API_KEY"]
+    assert key == {
+        "name": "ROLLOUT_EVALUATOR_API_KEY",
+        "valueFrom": {
+            "secretKeyRef": {"name": "nightly-evals-agent-env", "key": "evaluator-api-key"}
+        },
+    }
+
+
+def test_a_shard_of_a_script_agents_rows_has_its_environment_and_time_for_every_row() -> None:
+    single = render()
+    shard = render(make_trial(taskName="shard-000001", attempt=1, rows=ROWS))
+    assert [c["name"] for c in shard["spec"]["containers"]] == ["environment", "runner"]
+    # Each row's agent and verifier budgets: two rows, one more than a task's trial.
+    extra = shard["spec"]["activeDeadlineSeconds"] - single["spec"]["activeDeadlineSeconds"]
+    assert extra >= 900 + 300

@@ -128,7 +128,7 @@ def manifest_bytes(tmp_path: Path) -> bytes:
 
 def test_a_manifest_gives_the_tasks_with_their_configs(manifest_bytes: bytes) -> None:
     digest = hashlib.sha256(manifest_bytes).hexdigest()
-    (task,) = parse_manifest(manifest_bytes, digest=digest, where="m")
+    (task,) = parse_manifest(manifest_bytes, digest=digest, where="m").tasks
     assert task.name == "hello"
     assert task.config.environment.docker_image == "img"
     assert task.config.environment.cpus == "2"

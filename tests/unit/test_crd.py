@@ -257,9 +257,17 @@ def test_check_command_fails_on_stale_crds_and_write_fixes_them(tmp_path: Path) 
 # --- what an apiserver accepts --------------------------------------------------------------------
 
 
+# The free-form request parameters of the llm_judgement evaluator (seed 002's
+# evaluator_extra_params): the only objects whose keys the models do not know.
+OPEN_PATHS = {
+    JOB_CRD: frozenset({"<root>.spec.evaluatorExtraParams"}),
+    TRIAL_CRD: frozenset({"<root>.spec.rows.evaluator.extraParams"}),
+}
+
+
 @pytest.mark.parametrize("crd_file", [JOB_CRD, TRIAL_CRD], ids=["RolloutJob", "RolloutTrial"])
 def test_schema_is_structural(crd_file: Path) -> None:
-    assert structural_violations(schema_of(crd_file)) == []
+    assert structural_violations(schema_of(crd_file), open_paths=OPEN_PATHS[crd_file]) == []
 
 
 @pytest.mark.parametrize("crd_file", [JOB_CRD, TRIAL_CRD], ids=["RolloutJob", "RolloutTrial"])

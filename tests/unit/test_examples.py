@@ -160,3 +160,24 @@ def test_the_local_job_is_the_oracle_and_a_scripted_agent_in_the_host_sandbox() 
     assert [agent.name for agent in job.agents] == ["oracle", "scripted"]
     assert job.environment.type == "local"
     assert [Path(d.path or "") for d in job.datasets] == [DATASET]
+
+
+DATA_JOB_FILE = EXAMPLES / "data-job.yaml"
+DATA_SET = EXAMPLES / "benchmarks" / "arith"
+
+
+def test_the_data_benchmark_example_validates_and_says_how_its_rows_are_scored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["validate", "--local", str(DATA_JOB_FILE), str(DATA_SET)])
+    lines = capsys.readouterr().out.splitlines()
+    rows = (
+        f"rows arith: 20 rows of split test ({DATA_SET / 'data' / 'test.jsonl'}), scored by "
+        "metric numeric_match (dataset.toml)"
+    )
+    assert (code, lines) == (
+        0,
+        [rows, f"ok {DATA_JOB_FILE} (job)", rows, f"ok {DATA_SET} (dataset)"],
+    )
+    job = load_job(DATA_JOB_FILE)
+    assert (job.shard_size, job.environment.type) == (10, "local")

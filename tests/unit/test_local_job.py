@@ -7,8 +7,8 @@ import pytest
 from paths import DATA
 from rollout.api.environment import EnvironmentType
 from rollout.api.errors import ErrorType
+from rollout.api.records import keeps_record
 from rollout.api.results import TrialError, TrialResult
-from rollout.local.job import keeps_record
 
 SEED = DATA / "seed"
 

@@ -512,10 +512,9 @@ def test_a_dataset_of_broken_tasks_only_still_loads(tmp_path: Path) -> None:
     [
         (lambda d: None, "no tasks found"),
         (lambda d: (d / "README.md").write_text("x"), "no tasks found"),
-        (lambda d: _data_rows(d), "data datasets (data/*.jsonl rows sharing one verifier) are not"),
-        (lambda d: make_task(d.parent, d.name), "is a task directory, not a dataset"),
+        (lambda d: _data_without_rows(d), "nor does data/ hold rows"),
     ],
-    ids=["empty", "only files", "data rows", "a task itself"],
+    ids=["empty", "only files", "data without rows"],
 )
 def test_a_directory_without_tasks(
     tmp_path: Path, setup: Callable[[Path], object], message: str
@@ -530,10 +529,11 @@ def test_a_directory_without_tasks(
     assert message in problem.message
 
 
-def _data_rows(root: Path) -> None:
+def _data_without_rows(root: Path) -> None:
+    # Data rows (test_dataset_shapes.py) and a task directory given as a dataset (a dataset of
+    # that one task) load now; a data/ holding no rows file is still no dataset.
     (root / "data").mkdir()
-    (root / "data" / "test.jsonl").write_text('{"question": "1+1", "ground_truth": "2"}\n')
-    (root / "dataset.toml").write_text('name = "gsm8k"\ninstruction_field = "question"\n')
+    (root / "data" / "test.parquet").write_bytes(b"PAR1")
 
 
 def test_a_missing_dataset_directory(tmp_path: Path) -> None:

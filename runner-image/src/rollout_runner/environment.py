@@ -98,3 +98,36 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     async def stop(self, exit_code: int = 0) -> None:
         """End the environment; in a trial Pod the environment container exits with `exit_code`."""
+
+
+class NoEnvironment(Environment):
+    """A trial with no environment: a Pod of the runner alone (the oracle's data rows, which it
+    answers from their ground truth). Nothing can run in it; it is ready, and stops, at once."""
+
+    async def wait_ready(self, timeout_sec: float) -> None:
+        return
+
+    async def run(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str] = NO_ENV,
+        user: str | None = None,
+        cwd: str | None = None,
+        timeout_sec: float,
+    ) -> ExecResult:
+        raise EnvironmentFailure("this trial has no environment to run commands in")
+
+    async def put_files(
+        self, local_path: Path, container_path: str, *, owner: str | None = None
+    ) -> None:
+        raise FileTransferError("this trial has no environment to copy files into")
+
+    async def get_files(self, container_path: str, local_path: Path) -> None:
+        raise FileTransferError("this trial has no environment to copy files from")
+
+    async def kill_all(self) -> None:
+        return
+
+    async def stop(self, exit_code: int = 0) -> None:
+        return

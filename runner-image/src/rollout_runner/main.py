@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.resources import RolloutTrialSpec
+from rollout.api.rowrun import EVALUATOR_API_KEY_ENV
 from rollout.api.wire import termination
 from rollout.api.wire.shim import CONTROL_DIR
 from rollout.api.wire.spec import AGENT_ENV_PREFIX, POD_CREATED_ENV_VAR, SPEC_ENV_VAR, TRY_ENV_VAR
@@ -39,7 +40,9 @@ from rollout.storage import (
 from rollout_runner import termination as termination_log
 from rollout_runner.arguments import positive_seconds
 from rollout_runner.context import RunnerOptions
+from rollout_runner.environment import Environment, NoEnvironment
 from rollout_runner.redact import MIN_SECRET_LENGTH, RedactingFilter, Redactor
+from rollout_runner.shard import ShardReport, run_shard
 from rollout_runner.shim_environment import ShimEnvironment
 from rollout_runner.spec import (
     AgentEnv,
@@ -101,6 +104,13 @@ storage (environment variables):
   <prefix>/jobs/<job>/<agent>/<dataset>/<task>__<attempt>/ (setup/, command/, logs/,
   error.txt, and result.json last). In a directory, each file is written under a temporary
   name and renamed, so a result.json there is always whole.
+
+data rows:
+  A spec with `rows` is a shard of a data dataset: taskContentHash names its rows archive,
+  and each (row, attempt) of rows.items gets its own trial directory, <row id>__<attempt>/
+  (result.json, row.json with its results.jsonl line, command/, logs/verifier/). The install
+  runs once; a later try ({TRY_ENV_VAR} above 1) keeps the rows an earlier try recorded.
+  {EVALUATOR_API_KEY_ENV} is the llm_judgement evaluator's API key, if it has one.
 
 outcome:
   The termination log gets compact JSON (at most 4096 bytes): reward, error {{type, message}},
@@ -191,7 +201,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return _fail(args.termination_log, f"The runner's input is invalid: {err}", EXIT_BAD_INPUT)
     credentials = None if isinstance(storage, DirectoryStore) else storage[1]
     storage_secrets = credentials.secrets() if credentials else []
-    redactor = Redactor([*agent_env.secrets, *storage_secrets], keep=trial_names(spec))
+    evaluator_key = os.environ.get(EVALUATOR_API_KEY_ENV) or None
+    key_secret = [evaluator_key] if evaluator_key else []
+    redactor = Redactor([*agent_env.secrets, *storage_secrets, *key_secret], keep=trial_names(spec))
     handler.addFilter(RedactingFilter(redactor))
     if args.log_level is None:
         logging.getLogger().setLevel(spec.log_level.value.upper())
@@ -212,6 +224,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                 options,
                 pod_created_at,
                 try_number,
+                evaluator_key,
             )
         )
     except Exception as err:
@@ -237,14 +250,29 @@ async def _run_trial(
     options: RunnerOptions,
     pod_created_at: datetime | None,
     try_number: int | None,
-) -> TrialReport:
+    evaluator_key: str | None = None,
+) -> TrialReport | ShardReport:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # A bucket's client is made here, where a failure is the runner's, reported as such.
     store: Store = storage if isinstance(storage, DirectoryStore) else ObjectStore(*storage)
-    environment = ShimEnvironment(control_dir)
+    environment: Environment = (
+        ShimEnvironment(control_dir) if spec.needs_environment else NoEnvironment()
+    )
+    if spec.rows is not None:
+        return await run_shard(
+            spec,
+            environment,
+            store,
+            agent_env=agent_env,
+            options=options,
+            stop=stop,
+            began_at=pod_created_at,
+            try_number=try_number,
+            evaluator_key=evaluator_key,
+        )
     return await run_trial(
         spec,
         environment,

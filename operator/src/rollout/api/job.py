@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -61,6 +62,9 @@ JOB_NAME_FORMAT = "%Y-%m-%d__%H-%M-%S"
 JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 _UNQUOTED_HINT = 'quote it in YAML, e.g. KEY: "4096"'
+
+EVALUATOR_KEY_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+"""evaluator_api_key's only form: one `${VAR}` reference."""
 
 
 def default_job_name(now: datetime | None = None) -> str:
@@ -138,8 +142,14 @@ class JobDataset(ApiModel):
     registry: RegistrySource | None = Field(None, description="The registry listing the dataset.")
     name: str | None = Field(None, description="Name of the dataset in the registry.")
     version: str | None = Field(None, description="Version of the dataset in the registry.")
+    split: str | None = Field(
+        None,
+        min_length=1,
+        description="A data dataset's split: data/<split>.jsonl (default: dataset.toml's, the "
+        "only one, or test).",
+    )
 
-    @field_validator("path", "name", "version", mode="before")
+    @field_validator("path", "name", "version", "split", mode="before")
     @classmethod
     def _text(cls, value: Any) -> Any:
         return text(value, 'quote it in YAML, e.g. version: "2.0"')
@@ -161,8 +171,13 @@ class JobDataset(ApiModel):
                     problems.append(
                         (field, f"'{field}' applies to registry datasets only, not to a path")
                     )
-        elif self.name is None or not self.name.strip():
-            problems.append(("name", "a registry dataset needs the dataset's 'name'"))
+        else:
+            if self.name is None or not self.name.strip():
+                problems.append(("name", "a registry dataset needs the dataset's 'name'"))
+            if self.split is not None:
+                problems.append(
+                    ("split", "'split' applies to a data dataset at a path, not to a registry")
+                )
         if problems:
             raise FieldErrors(problems)
         return self
@@ -176,6 +191,7 @@ class JobDataset(ApiModel):
             registry.url if registry else None,
             self.name,
             self.version,
+            self.split,
         )
 
 
@@ -198,6 +214,24 @@ class JobConfig(FileModel, JobSettings, _JobName):
 
     agents: list[JobAgent] = Field(description="The agents to evaluate (at least one).")
     datasets: list[JobDataset] = Field(description="The datasets to evaluate on (at least one).")
+    evaluator_api_key: str | None = Field(
+        None,
+        description="llm_judgement: the evaluator's API key, as ${VAR} (taken from the "
+        "submitter's environment, kept in a Secret on a cluster; never written in plain text).",
+    )
+
+    @field_validator("evaluator_api_key", mode="before")
+    @classmethod
+    def _key_reference(cls, value: Any) -> Any:
+        value = text(value)
+        if value is None:
+            return None
+        if not EVALUATOR_KEY_REFERENCE.fullmatch(value):
+            raise ValueError(
+                "must be a ${VAR} reference (e.g. ${OPENAI_API_KEY}), so that the key is never "
+                "written in the job file, its config.json or a resource"
+            )
+        return value
 
     @field_validator("agents")
     @classmethod
@@ -247,10 +281,15 @@ class JobFile:
     default filled in, paths as written, `${VAR}` as text."""
 
 
-def read_job_file(path: str | Path) -> JobFile:
-    """Read job.yaml, job.yml or job.json (see `load_job`), keeping its content as written."""
+def read_job_file(path: str | Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
+    """Read job.yaml, job.yml or job.json (see `load_job`), keeping its content as written.
+
+    `overrides` are settings given on the command line (`--max-tasks`): they replace the
+    file's, in the job and in its content (config.json says what ran)."""
     path = Path(path)
     content = read_document(path, JOB_FILE_SUFFIXES)
+    if overrides and isinstance(content, Mapping):
+        content = {**content, **overrides}
     job = parse_job(content, file=path)  # refuses anything but a mapping
     return JobFile(resolve_paths(job, path.parent), dict(content))
 

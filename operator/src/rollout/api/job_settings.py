@@ -10,7 +10,7 @@ references, a resource writes Kubernetes env vars with Secret references.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,6 +18,7 @@ from rollout.api.base import ApiModel
 from rollout.api.environment import EnvironmentSettings
 from rollout.api.metrics import Metric
 from rollout.api.problems import FieldErrors
+from rollout.api.rowrun import EVALUATOR_RESERVED_PARAMS
 from rollout.api.rules import (
     DEFAULT_INSTRUCTION_PATH,
     ORACLE_AGENT,
@@ -31,6 +32,10 @@ from rollout.api.rules import (
     text,
     zero_is_unset,
 )
+from rollout.api.verifiers import Metric as EvaluationMetric
+
+DEFAULT_SHARD_SIZE = 100
+"""Rows of a data dataset per shard (one trial Pod) unless the job says otherwise."""
 
 
 class LogLevel(StrEnum):
@@ -133,7 +138,91 @@ class JobSettings(ApiModel):
         "(rollout-agent, uid 10001) created in the container; the verifier stays root.",
     )
 
-    @field_validator("jobs_dir", "instruction_path", mode="before")
+    # Data benchmarks (seed 002's names; README "Data benchmarks"). max_tasks and task_ids pick
+    # tasks of every dataset, data or not. Each is absent from a dump while at its default, so
+    # that resources and config.json of earlier versions read and write back unchanged.
+    max_tasks: PositiveInt | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Run only the first N tasks (rows) of each dataset.",
+    )
+    task_ids: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Run only these tasks (rows) of each dataset, in the dataset's order.",
+    )
+    shard_size: PositiveInt = Field(
+        DEFAULT_SHARD_SIZE,
+        exclude_if=lambda v: v == DEFAULT_SHARD_SIZE,
+        description="Rows of a data dataset per trial Pod (one runner each).",
+    )
+    evaluation_metric: EvaluationMetric | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Score data rows by this metric, over what the dataset declares: "
+        "exact_match, f1_score, contains_answer, numeric_match, similarity or llm_judgement.",
+    )
+    evaluator_model_name: str | None = Field(
+        None,
+        min_length=1,
+        exclude_if=lambda v: v is None,
+        description="llm_judgement: the evaluator model.",
+    )
+    evaluator_base_url: str | None = Field(
+        None,
+        min_length=1,
+        exclude_if=lambda v: v is None,
+        description="llm_judgement: the evaluator's OpenAI-compatible base URL.",
+    )
+    evaluator_temperature: float = Field(
+        0.0,
+        ge=0.0,
+        le=2.0,
+        allow_inf_nan=False,
+        exclude_if=lambda v: v == 0.0,
+        description="llm_judgement: temperature.",
+    )
+    evaluator_max_retries: int = Field(
+        3,
+        ge=0,
+        strict=True,
+        exclude_if=lambda v: v == 3,
+        description="llm_judgement: retries of a failed call.",
+    )
+    evaluator_extra_params: dict[str, Any] = Field(
+        default_factory=dict,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        exclude_if=lambda v: not v,
+        description="llm_judgement: more request parameters, e.g. max_tokens.",
+    )
+    save_results: bool = Field(
+        True,
+        strict=True,
+        exclude_if=lambda v: v is True,
+        description="Write results.jsonl (data rows) when the job ends.",
+    )
+    save_trajectories: bool = Field(
+        True,
+        strict=True,
+        exclude_if=lambda v: v is True,
+        description="Keep each row's trajectory in results.jsonl.",
+    )
+    trajectory_only: bool = Field(
+        False,
+        strict=True,
+        exclude_if=lambda v: v is False,
+        description="Keep a minimal trajectory (no messages, no tool calls).",
+    )
+    save_summary: bool = Field(
+        True,
+        strict=True,
+        exclude_if=lambda v: v is True,
+        description="Write evaluation.json and summary_<benchmark>_<timestamp>.json at the end.",
+    )
+
+    @field_validator(
+        "jobs_dir", "instruction_path", "evaluator_model_name", "evaluator_base_url", mode="before"
+    )
     @classmethod
     def _text(cls, value: Any) -> Any:
         return text(value)
@@ -150,10 +239,20 @@ class JobSettings(ApiModel):
     def _lowercase(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("timeout_multiplier", mode="before")
+    @field_validator("timeout_multiplier", "evaluator_temperature", mode="before")
     @classmethod
     def _number(cls, value: Any) -> Any:
         return not_bool(value)
+
+    @field_validator("evaluator_extra_params")
+    @classmethod
+    def _extra_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if clash := sorted(EVALUATOR_RESERVED_PARAMS & set(value)):
+            raise ValueError(
+                f"may not set {', '.join(clash)}: evaluator_model_name, the verifier's messages "
+                "and evaluator_temperature make those"
+            )
+        return value
 
     @field_validator("metrics", mode="before")
     @classmethod

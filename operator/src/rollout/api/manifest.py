@@ -80,11 +80,52 @@ class ManifestTask(FileModel):
         return parse_task_config(self.config or {}, f"manifest task {self.name}")
 
 
+class ManifestRows(FileModel):
+    """A published data dataset (seed 004 Shape A): its rows' ids in order, and the one archive
+    (`tasks/<content_hash>.tar.gz`) that holds every row (rows.jsonl, `ROWS_FILE`) and the files
+    its Python verifier needs."""
+
+    content_hash: str = Field(description="sha256 of the rows archive's content; names it.")
+    split: str = Field(description="The split the rows came from (data/<split>.jsonl).")
+    ids: list[str] = Field(description="The rows' ids, in trial order.")
+    config: dict[str, Any] = Field(
+        description="dataset.toml's defaults as a task.toml (timeouts, resources, image)."
+    )
+    verifier: dict[str, Any] = Field(
+        description="How rows are scored: {kind, metric | script, source} (rollout.api.rowrun)."
+    )
+
+    def task_config(self) -> TaskConfig:
+        return parse_task_config(self.config, "manifest rows")
+
+
+ROWS_FILE = "rows.jsonl"
+"""In a rows archive: one JSON object per row, {id, question, instruction, answer, kwargs,
+metadata} (answer absent when the row has none)."""
+
+
 class DatasetManifest(FileModel):
-    """A published dataset: its name and its tasks in trial order."""
+    """A published dataset: its name and its tasks in trial order, or its rows."""
 
     name: str
     tasks: list[ManifestTask]
+    rows: ManifestRows | None = Field(
+        None, description="A data dataset's rows (its `tasks` are then empty)."
+    )
+
+    @model_validator(mode="after")
+    def _tasks_or_rows(self) -> DatasetManifest:
+        if self.rows is not None and self.tasks:
+            raise ValueError("a data dataset lists its rows, not tasks")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_rows_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A task dataset's manifest keeps the digest it had before data datasets existed.
+        data: dict[str, Any] = handler(self)
+        if data.get("rows") is None:
+            data.pop("rows", None)
+        return data
 
 
 def canonical_json(manifest: DatasetManifest) -> bytes:

@@ -28,6 +28,9 @@ stays until `rollout release` removes it."""
 AGENT_ENV_ANNOTATION = f"{GROUP}/agent-env"
 """Annotation with the job.yaml text of Secret-backed agent env values: {agent: {KEY: text}}."""
 
+EVALUATOR_KEY_ANNOTATION = f"{GROUP}/evaluator-api-key"
+"""Annotation with the job.yaml text (`${VAR}`) of the llm_judgement evaluator's API key."""
+
 
 def controller_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
     """The ownerReferences entry that makes one of our resources (`kind`: RolloutJob or

@@ -6,13 +6,27 @@ give such a trial the same fields and the same first lines as the runner's own r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from rollout.api.additions import TrialAdditions
+from rollout.api.errors import ErrorType
 from rollout.api.failures import FailureClass
 from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
 from rollout.api.trials import TrialKey
+
+
+def keeps_record(result: TrialResult | None, retry: Collection[ErrorType] = ()) -> bool:
+    """Whether a trial's record stays when its job is resumed, or its shard runs again: it was
+    scored, or failed for a reason of the agent's or the task's and not with an error type in
+    `retry` (the ones the user names). No record, or an infrastructure failure: run it again."""
+    if result is None:
+        return False
+    if result.error is None:
+        return True
+    if result.error.type in retry:
+        return False
+    return result.failure_class is not FailureClass.INFRASTRUCTURE
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:

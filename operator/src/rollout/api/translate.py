@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from rollout.api.envrefs import env_references, resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import JobAgent, JobConfig, JobDataset
-from rollout.api.names import AGENT_ENV_ANNOTATION
+from rollout.api.names import AGENT_ENV_ANNOTATION, EVALUATOR_KEY_ANNOTATION
 from rollout.api.problems import validation_problems
 from rollout.api.resources import (
     LABEL_JOB,
@@ -79,6 +79,11 @@ def resource_name(job_name: str) -> str:
 def agent_env_secret_name(rollout_job_name: str) -> str:
     """The name of the job's agent env Secret."""
     return f"{rollout_job_name}{AGENT_ENV_SECRET_SUFFIX}"
+
+
+EVALUATOR_SECRET_KEY = "evaluator-api-key"  # noqa: S105 - a key name, not a password
+"""The Secret key of the llm_judgement evaluator's API key (agent keys hold a dot, so this one
+can be no agent's)."""
 
 
 def secret_key(agent_name: str, env_key: str) -> str:
@@ -145,11 +150,24 @@ def job_to_rollout_job(
                 env.append(EnvVar(name=key, value=text))
         agents.append(AgentSpec(**agent.scripts(), env=env))
 
+    evaluator_key: SecretKeySelector | None = None
+    if job.evaluator_api_key is not None:
+        evaluator_key = SecretKeySelector(name=secret, key=EVALUATOR_SECRET_KEY)
+        if environ is not None:
+            (variable,) = env_references(job.evaluator_api_key)
+            if variable not in environ:
+                raise InvalidInput.one(
+                    file, "evaluator_api_key", f"refers to ${{{variable}}}, which is not set"
+                )
+            secret_data[EVALUATOR_SECRET_KEY] = environ[variable]
+
     refs = [
         ref if ref.source is not None else ref.model_copy(update={"source": source})
         for ref, source in zip(datasets, job.datasets, strict=True)
     ]
     annotations = {AGENT_ENV_ANNOTATION: _compact_json(templates)} if templates else {}
+    if job.evaluator_api_key is not None:
+        annotations[EVALUATOR_KEY_ANNOTATION] = job.evaluator_api_key
     job_labels = {**(labels or {}), LABEL_JOB: rj_name}
     try:
         spec = RolloutJobSpec(
@@ -163,6 +181,7 @@ def job_to_rollout_job(
             max_infra_retries=max_infra_retries,
             suspend=suspend,
             ttl_seconds_after_finished=ttl_seconds_after_finished,
+            evaluator_api_key=evaluator_key,
         )
     except ValidationError as err:
         # e.g. two datasets that resolve to the same name: report it against job.yaml's fields.
@@ -244,12 +263,23 @@ def rollout_job_to_job(rollout_job: RolloutJob | Mapping[str, Any]) -> JobConfig
     if problems:
         raise InvalidInput(problems)
 
+    evaluator_key = None
+    if rj.spec.evaluator_api_key is not None:
+        evaluator_key = (rj.metadata.annotations or {}).get(EVALUATOR_KEY_ANNOTATION)
+        if evaluator_key is None:
+            raise InvalidInput.one(
+                where,
+                "spec.evaluatorApiKey",
+                f"comes from a Secret with no ${{VAR}} recorded in the {EVALUATOR_KEY_ANNOTATION} "
+                "annotation; job.yaml cannot express it",
+            )
     try:
         return JobConfig(
             **rj.spec.job_settings(),
             name=rj.job_name,
             agents=agents,
             datasets=datasets,
+            evaluator_api_key=evaluator_key,
         )
     except ValidationError as err:
         raise InvalidInput(validation_problems(err, where, JobConfig)) from None

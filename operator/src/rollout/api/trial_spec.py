@@ -11,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rollout.api.errors import ErrorType
-from rollout.api.plan import PlannedTrial
+from rollout.api.plan import PlannedShard, PlannedTrial
 from rollout.api.quantity import normalize_cpus, normalize_memory
 from rollout.api.resources import RolloutJob, RolloutTrialSpec, StorageSpec, TrialResources
 from rollout.api.results import TrialError
+from rollout.api.rowrun import EvaluatorSettings, RowItem, RowVerifier, ShardRows
 from rollout.api.rules import ORACLE_AGENT
 from rollout.api.task import TaskConfig
 from rollout.api.taskdir import no_solution_message
 from rollout.api.timeouts import effective_timeouts
+from rollout.api.verifiers import Metric, VerifierChoice, VerifierSource
 
 UNBUILT_IMAGE = "unbuilt"
 """spec.image of a trial whose image must be built and is not named yet (the field is
@@ -59,12 +61,24 @@ def trial_spec(
     storage: StorageSpec,
     runner_image: str,
     built: tuple[str, str] | None = None,
+    rows_image: str | None = None,
 ) -> RolloutTrialSpec:
     """A trial's spec: everything its Pod and its runner need, without reading the job.
 
     `built`: (image, RolloutImage name) when the operator builds the task's image in the
-    cluster; the trial's Pod then waits for that RolloutImage.
+    cluster; the trial's Pod then waits for that RolloutImage. A shard's unit (`planned.shard`)
+    gets its shard's spec, every row in it (`rows_image`: see `shard_spec`).
     """
+    if planned.shard is not None:
+        items = [RowItem(id=t.key.task, attempt=t.key.attempt) for t in planned.shard.trials]
+        return shard_spec(
+            job,
+            planned.shard,
+            items,
+            storage=storage,
+            runner_image=runner_image,
+            rows_image=rows_image,
+        )
     spec = job.spec
     task = planned.task.config
     timeouts = effective_timeouts(
@@ -98,4 +112,79 @@ def trial_spec(
         pod=spec.pod,
         preserve_env=spec.environment.preserve_env,
         log_level=spec.log_level,
+    )
+
+
+def row_verifier(job: RolloutJob, planned: PlannedShard) -> VerifierChoice:
+    """How a shard's rows are scored: job.yaml's evaluation_metric, else the dataset's own."""
+    metric = job.spec.evaluation_metric
+    if metric is not None:
+        return VerifierChoice.of_metric(metric, VerifierSource.JOB)
+    return planned.rows.verifier
+
+
+def evaluator_problem(job: RolloutJob, verifier: VerifierChoice) -> str | None:
+    """What an llm_judgement verifier lacks in the job's settings, or None."""
+    if verifier.metric is not Metric.LLM_JUDGEMENT:
+        return None
+    missing = [
+        name
+        for name, value in (
+            ("evaluator_model_name", job.spec.evaluator_model_name),
+            ("evaluator_base_url", job.spec.evaluator_base_url),
+        )
+        if value is None
+    ]
+    if missing:
+        return f"llm_judgement ({verifier.describe()}) needs {' and '.join(missing)} in the job"
+    return None
+
+
+def shard_spec(
+    job: RolloutJob,
+    shard: PlannedShard,
+    items: list[RowItem],
+    *,
+    storage: StorageSpec,
+    runner_image: str,
+    rows_image: str | None = None,
+) -> RolloutTrialSpec:
+    """A shard's spec: its first row's trial spec, named shard-<n>, with the rows it runs
+    (`items`: all of the shard's, or those a resumed job runs again). Its environment image is
+    the dataset's docker_image, else `rows_image` (an operator setting), else the runner's."""
+    spec = job.spec
+    verifier = row_verifier(job, shard)
+    evaluator = None
+    if verifier.metric is Metric.LLM_JUDGEMENT:
+        if problem := evaluator_problem(job, verifier):
+            raise ValueError(problem)
+        assert spec.evaluator_model_name is not None
+        assert spec.evaluator_base_url is not None
+        evaluator = EvaluatorSettings(
+            model_name=spec.evaluator_model_name,
+            base_url=spec.evaluator_base_url,
+            temperature=spec.evaluator_temperature,
+            max_retries=spec.evaluator_max_retries,
+            extra_params=spec.evaluator_extra_params,
+            api_key=spec.evaluator_api_key,
+        )
+    first = trial_spec(job, shard.trials[0], storage=storage, runner_image=runner_image)
+    # Rows need no image of their own: without the dataset's docker_image, the environment
+    # container runs the operator's rows image, else the runner's image (it has sh, and it holds
+    # no credentials there: the environment container never gets them).
+    image = first.image if first.image != UNBUILT_IMAGE else rows_image or runner_image
+    return first.model_copy(
+        update={
+            "task_name": shard.key.task,
+            "attempt": 1,
+            "image": image,
+            "rows": ShardRows(
+                number=shard.number,
+                items=items,
+                verifier=RowVerifier.of(verifier),
+                evaluator=evaluator,
+                save_trajectories=spec.save_trajectories,
+                trajectory_only=spec.trajectory_only,
+            ),
+        }
     )

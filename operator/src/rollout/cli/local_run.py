@@ -31,7 +31,7 @@ from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.job import config_json_text
 from rollout.api.layout import local_job_dir
-from rollout.api.plan import JobPlan, ResolvedDataset, plan_job, resolved_tasks
+from rollout.api.plan import JobPlan, pick_tasks, plan_job, resolved_dataset
 from rollout.api.resources import JobPhase
 from rollout.api.taskdir import Task
 from rollout.cli.errors import ExitCode, Problems, note
@@ -39,13 +39,15 @@ from rollout.cli.prepare import (
     PreparedJob,
     build_resources,
     cache_dir,
+    evaluator_key,
+    job_overrides,
     prepare_job,
     strict_refusal,
     unrunnable_heading,
 )
 from rollout.cli.progress import JobView, ProgressDisplay, make_console
 from rollout.cli.publish import publish_datasets
-from rollout.cli.summary import load_summary, print_summary
+from rollout.cli.summary import load_summary, print_row_summary, print_summary
 from rollout.local.environments import sandboxes, unavailable_reason
 from rollout.local.job import JobRun, LocalJob, Progress, resolved_secrets
 from rollout.storage import DirectoryStore
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             resume=args.resume,
             retry_errors=args.retry_errors or (),
             on_progress=show,
+            evaluator_key=evaluator_key(job, environ, file=prepared.file),
         )
         outcome = asyncio.run(_run_until_stopped(local_job, display))
         if last:
@@ -112,6 +115,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     summary = load_summary(target, None)
     if summary is not None:
         print_summary(console, summary)
+    print_row_summary(console, target)
     note(f"results: {target}")
     if outcome.stopped:
         note(
@@ -158,7 +162,13 @@ def _check_everything(
     problems: list[str] = []
     prepared = None
     try:
-        prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ), local=True)
+        prepared = prepare_job(
+            args.job_file,
+            environ,
+            cache=cache_dir(environ),
+            local=True,
+            overrides=job_overrides(args),
+        )
     except InvalidInput as err:
         problems += [str(p) for p in err.problems]
     if args.strict and prepared is not None and (unrunnable := prepared.task_problems()):
@@ -170,6 +180,8 @@ def _check_everything(
             problems.append(f"{args.job_file}: environment.type: {reason}")
         elif prepared.job.environment.type is EnvironmentType.LOCAL and os.geteuid() != 0:
             problems += _agent_users_without_root(prepared, args.job_file)
+        if prepared.job.environment.type is EnvironmentType.DOCKER:
+            problems += _rows_without_image(prepared)
         local_dir = local_job_dir(jobs_dir, prepared.job.name)
         if not args.resume and local_dir.is_dir() and any(local_dir.iterdir()):
             problems.append(
@@ -200,6 +212,18 @@ def _agent_users_without_root(prepared: PreparedJob, job_file: Path) -> list[str
     ]
 
 
+def _rows_without_image(prepared: PreparedJob) -> list[str]:
+    """A data dataset runs its rows in containers of its declared image, which local mode
+    cannot guess (a cluster uses the runner's image)."""
+    return [
+        f"{prepared.file}: datasets[{index}]: data dataset {d.dataset.name!r} declares no "
+        "[environment] docker_image in its dataset.toml, which its rows need to run in "
+        "containers; declare one, or use environment.type: local"
+        for index, d in enumerate(prepared.datasets)
+        if d.dataset.rows is not None and d.dataset.rows.config.environment.docker_image is None
+    ]
+
+
 def _store_root(environ: Mapping[str, str]) -> Path:
     """Where local mode keeps task archives and dataset manifests: one store for every job."""
     root = cache_dir(environ) / "local"
@@ -208,24 +232,30 @@ def _store_root(environ: Mapping[str, str]) -> Path:
 
 
 def _task_dirs(prepared: PreparedJob) -> dict[str, Path]:
-    """Each task's directory by its content hash (an engine builds its environment/ there)."""
-    return {
+    """Each task's directory by its content hash (an engine builds its environment/ there);
+    a data dataset's rows archive by its directory."""
+    dirs = {
         entry.content_hash: task.path
         for d in prepared.datasets
         for task, entry in zip(d.dataset.tasks, d.manifest.tasks, strict=True)
         if entry.content_hash is not None
     }
+    for d in prepared.datasets:
+        if d.dataset.rows is not None and d.manifest.rows is not None:
+            dirs[d.manifest.rows.content_hash] = d.dataset.rows.root
+    return dirs
 
 
 def _plan(prepared: PreparedJob, name: str) -> JobPlan:
-    datasets = [
-        ResolvedDataset(
-            d.dataset.name, d.digest, resolved_tasks(d.manifest, f"dataset {d.dataset.name}")
-        )
-        for d in prepared.datasets
-    ]
-    agents = [a.name for a in prepared.job.agents]
-    return plan_job(name, agents, datasets, prepared.job.n_attempts)
+    job = prepared.job
+    datasets = pick_tasks(
+        [resolved_dataset(d.manifest, d.dataset.name, d.digest) for d in prepared.datasets],
+        max_tasks=job.max_tasks,
+        task_ids=job.task_ids,
+        where=str(prepared.file),
+    )
+    agents = [a.name for a in job.agents]
+    return plan_job(name, agents, datasets, job.n_attempts, shard_size=job.shard_size)
 
 
 def _view(job_name: str, progress: Progress, phase: str) -> JobView:

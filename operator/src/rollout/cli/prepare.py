@@ -23,6 +23,7 @@ e2b) are refused: the bridge controller that will run them does not exist yet.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,10 +36,10 @@ from rollout.api.dataset import (
     Dataset,
     RegistryDataset,
     find_registry_dataset,
-    load_local_dataset,
+    load_dataset_path,
 )
 from rollout.api.environment import EnvironmentType
-from rollout.api.envrefs import resolve_agent_env, resolve_task_env
+from rollout.api.envrefs import env_references, resolve_agent_env, resolve_task_env
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.images import ImageSource, image_source, needs_build
 from rollout.api.job import JobConfig, JobDataset, read_job_file
@@ -48,6 +49,7 @@ from rollout.api.rules import ORACLE_AGENT
 from rollout.api.task_support import unhonoured_keys
 from rollout.api.taskdir import TASK_TOML, BrokenTask, Task, no_solution_message
 from rollout.api.translate import job_to_rollout_job
+from rollout.api.verifiers import Metric, VerifierChoice, VerifierSource
 from rollout.datasets.bundle import build_manifest
 from rollout.datasets.registry import fetch_registry_dataset, load_registry
 
@@ -182,12 +184,13 @@ def check_job(
     env_values: EnvValues = EnvValues.REQUIRED,
     fetch: bool = True,
     local: bool = False,
+    overrides: Mapping[str, Any] | None = None,
 ) -> CheckedJob:
     """Every check of a job file that run, render and validate make; InvalidInput with every
     problem at once. `fetch=False` (validate --offline) finds registry datasets in their
     registry without fetching their tasks. `local`: for `rollout run --local`, which runs the
     types `docker` and `local` and builds images itself."""
-    read = read_job_file(path)
+    read = read_job_file(path, overrides)
     job = read.job
     problems: list[Problem] = []
     warnings: list[Problem] = []
@@ -209,6 +212,12 @@ def check_job(
     problems += _shared_dataset_names(path, job.datasets, datasets)
     # What will fail or change a task's trials once the job runs: warnings, one call a rule.
     loaded = [d for d in datasets if d is not None]
+    problems += data_problems(path, job, datasets)
+    if env_values is not EnvValues.UNUSED:
+        try:
+            evaluator_key(job, environ, file=path)
+        except InvalidInput as err:
+            (problems if env_values is EnvValues.REQUIRED else warnings).extend(err.problems)
     warnings += _build_warnings(loaded, force_build=job.environment.force_build)
     warnings += _task_env_warnings(loaded, job)
     warnings += unhonoured_problems(loaded)
@@ -224,12 +233,15 @@ def prepare_job(
     cache: Path,
     env_values: EnvValues = EnvValues.REQUIRED,
     local: bool = False,
+    overrides: Mapping[str, Any] | None = None,
 ) -> PreparedJob:
     """check_job, then each dataset's manifest and content address (hashes every task).
 
     For a cluster, `docker` becomes `kubernetes`; `local` (rollout run --local) keeps the type.
     """
-    checked = check_job(path, environ, cache=cache, env_values=env_values, local=local)
+    checked = check_job(
+        path, environ, cache=cache, env_values=env_values, local=local, overrides=overrides
+    )
     job = checked.job
     datasets: list[PreparedDataset] = []
     for entry, dataset in zip(job.datasets, checked.datasets, strict=True):
@@ -252,10 +264,52 @@ def prepare_job(
     )
 
 
+def data_problems(path: Path, job: JobConfig, datasets: Sequence[Dataset | None]) -> list[Problem]:
+    """What stops a job's data datasets: llm_judgement without its evaluator's settings."""
+    problems: list[Problem] = []
+    for index, dataset in enumerate(datasets):
+        if dataset is None or dataset.rows is None:
+            continue
+        verifier = dataset.rows.verifier
+        if job.evaluation_metric is not None:
+            verifier = VerifierChoice.of_metric(job.evaluation_metric, VerifierSource.JOB)
+        if verifier.metric is not Metric.LLM_JUDGEMENT:
+            continue
+        for field_name in ("evaluator_model_name", "evaluator_base_url"):
+            if getattr(job, field_name) is None:
+                problems.append(
+                    Problem(
+                        str(path),
+                        field_name,
+                        f"datasets[{index}] ({dataset.name}) is scored by llm_judgement "
+                        f"({verifier.describe()}), which needs the evaluator's {field_name}",
+                    )
+                )
+    return problems
+
+
+def evaluator_key(
+    job: JobConfig, environ: Mapping[str, str], *, file: str | Path = "job.yaml"
+) -> str | None:
+    """The llm_judgement evaluator's API key: job.yaml's evaluator_api_key `${VAR}` taken from
+    `environ`; None without one. InvalidInput when the variable is not set."""
+    reference = job.evaluator_api_key
+    if reference is None:
+        return None
+    (name,) = env_references(reference)
+    if name not in environ:
+        raise InvalidInput.one(
+            file,
+            "evaluator_api_key",
+            f"refers to ${{{name}}}, which is not set in this environment",
+        )
+    return environ[name]
+
+
 def _find_dataset(entry: JobDataset) -> Dataset | None:
     """A local dataset loaded, or a registry dataset found in its registry (not fetched)."""
     if entry.path is not None:
-        return load_local_dataset(entry.path)
+        return load_dataset_path(entry.path, split=entry.split)
     _registry_entry(entry)
     return None
 
@@ -388,11 +442,31 @@ def _bundled(dataset: Dataset, source: JobDataset) -> PreparedDataset:
     return PreparedDataset(dataset, manifest, manifest_digest(manifest), source)
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """job.yaml settings given on the command line, over the file's."""
+    overrides: dict[str, Any] = {}
+    if args.max_tasks is not None:
+        overrides["max_tasks"] = args.max_tasks
+    if args.task_ids:
+        overrides["task_ids"] = list(args.task_ids)
+    return overrides
+
+
 def load_dataset(entry: JobDataset, cache: Path) -> Dataset:
     """A job.yaml dataset entry, loaded: a local directory, or a registry dataset fetched with
     git into `cache/git`."""
     if entry.path is not None:
-        return load_local_dataset(entry.path)
+        return load_dataset_path(entry.path, split=entry.split)
     return fetch_registry_dataset(_registry_entry(entry), cache / "git")
 
 

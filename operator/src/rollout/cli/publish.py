@@ -40,7 +40,7 @@ from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import PreparedDataset, cache_dir, prepare_dataset
 from rollout.cli.threads import parallel_map
-from rollout.datasets.bundle import environment_archive, task_archive
+from rollout.datasets.bundle import environment_archive, rows_archive, task_archive
 from rollout.storage import WritableStore
 
 WORKERS = 8
@@ -114,11 +114,15 @@ def publish_datasets(
     for index, (prepared, key) in enumerate(zip(datasets, manifest_keys, strict=True)):
         if have_manifest[key]:
             continue
+        rows = prepared.dataset.rows
+        if rows is not None and prepared.manifest.rows is not None:
+            archive_key = task_archive_key(prefix, prepared.manifest.rows.content_hash)
+            owner.setdefault(archive_key, (index, partial(rows_archive, rows)))
         for task, entry in zip(prepared.dataset.tasks, prepared.manifest.tasks, strict=True):
             if entry.content_hash is None or not isinstance(task, Task):
                 continue  # a broken task: listed with its error, it has no archive
             archive_key = task_archive_key(prefix, entry.content_hash)
-            owner.setdefault(archive_key, (index, partial(task_archive, task.path)))
+            owner.setdefault(archive_key, (index, partial(task_archive, task)))
             if build_contexts and entry.environment_hash is not None:
                 context_key = environment_archive_key(prefix, entry.environment_hash)
                 owner.setdefault(context_key, (index, partial(environment_archive, task)))
@@ -151,7 +155,7 @@ def publish_datasets(
             PublishReport(
                 name=prepared.dataset.name,
                 digest=prepared.digest,
-                tasks=len(prepared.manifest.tasks),
+                tasks=_task_count(prepared),
                 archives_uploaded=uploaded[index],
                 manifest_uploaded=upload,
                 broken=tuple(t.name for t in prepared.dataset.broken),
@@ -159,6 +163,11 @@ def publish_datasets(
             )
         )
     return reports
+
+
+def _task_count(prepared: PreparedDataset) -> int:
+    rows = prepared.manifest.rows
+    return len(rows.ids) if rows is not None else len(prepared.manifest.tasks)
 
 
 # --- `rollout publish` ----------------------------------------------------------------------------

@@ -30,9 +30,9 @@ from typing import Any
 import yaml
 
 from rollout.api.envrefs import env_references
-from rollout.api.names import AGENT_ENV_ANNOTATION
+from rollout.api.names import AGENT_ENV_ANNOTATION, EVALUATOR_KEY_ANNOTATION
 from rollout.api.resources import RolloutJob
-from rollout.api.translate import secret_key
+from rollout.api.translate import EVALUATOR_SECRET_KEY, secret_key
 from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import EnvValues, build_resources, cache_dir, prepare_job
@@ -107,11 +107,13 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def agent_env_secret_ref(rollout_job: RolloutJob) -> str | None:
-    """The name of the Secret the RolloutJob's agent env reads, if any."""
+    """The name of the Secret the RolloutJob's agent env (or its evaluator key) reads, if any."""
     for agent in rollout_job.spec.agents:
         for var in agent.env:
             if var.value_from is not None:
                 return var.value_from.secret_key_ref.name
+    if rollout_job.spec.evaluator_api_key is not None:
+        return rollout_job.spec.evaluator_api_key.name
     return None
 
 
@@ -128,6 +130,9 @@ def create_secret_command(rollout_job: RolloutJob, secret_name: str, namespace: 
         for key, text in env.items():
             assert env_references(text)  # only ${VAR} values go to the Secret
             parts.append(f'"--from-literal={secret_key(agent, key)}={_shell_text(text)}"')
+    evaluator_key = rollout_job.metadata.annotations.get(EVALUATOR_KEY_ANNOTATION)
+    if evaluator_key is not None:
+        parts.append(f'"--from-literal={EVALUATOR_SECRET_KEY}={_shell_text(evaluator_key)}"')
     return " ".join(parts)
 
 

@@ -46,6 +46,8 @@ from rollout.cli.prepare import (
     PreparedJob,
     build_resources,
     cache_dir,
+    job_overrides,
+    positive_int,
     prepare_job,
     strict_refusal,
     unrunnable_heading,
@@ -58,7 +60,7 @@ from rollout.cli.progress import (
     make_console,
 )
 from rollout.cli.publish import publish_datasets
-from rollout.cli.summary import load_summary, print_summary
+from rollout.cli.summary import load_summary, print_row_summary, print_summary
 from rollout.storage import ObjectStore, StorageError
 
 EPILOG = """\
@@ -122,6 +124,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="TYPE",
         help="with --resume: run trials that failed with this error type again too "
         "(repeatable; e.g. agent_timeout)",
+    )
+    parser.add_argument(
+        "--max-tasks",
+        type=positive_int,
+        metavar="N",
+        help="run only the first N tasks (rows) of each dataset (job.yaml's max_tasks)",
+    )
+    parser.add_argument(
+        "--task-id",
+        dest="task_ids",
+        action="append",
+        metavar="ID",
+        help="run only this task (row) of the datasets, repeatable (job.yaml's task_ids)",
     )
     parser.add_argument(
         "--strict",
@@ -242,7 +257,9 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
     except InvalidInput as err:
         problems += [str(p) for p in err.problems]
     try:
-        prepared = prepare_job(args.job_file, environ, cache=cache_dir(environ))
+        prepared = prepare_job(
+            args.job_file, environ, cache=cache_dir(environ), overrides=job_overrides(args)
+        )
     except InvalidInput as err:
         problems += [str(p) for p in err.problems]
     if args.strict and prepared is not None and (unrunnable := prepared.task_problems()):
@@ -342,6 +359,7 @@ def _follow_and_download(
     summary = load_summary(target, final)
     if summary is not None and (summary.rows or summary.total.trials):
         print_summary(console, summary)
+    print_row_summary(console, target)
     if not view.succeeded:
         reason = f": {view.message}" if view.message else ""
         note(f"job {job_name} failed{reason}")

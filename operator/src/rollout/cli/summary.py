@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from rollout.api.errors import InvalidInput
 from rollout.api.layout import RESULT_JSON
 from rollout.api.results import JobResult
+from rollout.api.rowresults import Summary as RowSummary
 from rollout.cli.progress import JobView, number, percent
 
 
@@ -138,3 +140,22 @@ def print_summary(console: Console, summary: Summary) -> None:
     if summary.failures and any(summary.failures.values()):
         classes = ", ".join(f"{name} {count}" for name, count in summary.failures.items())
         console.print(f"Failed trials by class: {classes}", markup=False)
+
+
+def print_row_summary(console: Console, job_dir: Path) -> None:
+    """Seed 002's summary of a job with data rows (`summary_<benchmark>_<timestamp>.json` in
+    `job_dir`), when it has one: its figures and where its files are."""
+    found = sorted(job_dir.glob("summary_*.json"))
+    if not found:
+        return
+    try:
+        summary = RowSummary.model_validate_json(found[-1].read_bytes())
+    except ValidationError:
+        return
+    console.print(
+        f"Benchmark {summary.benchmark_name}: {summary.total_tasks} rows, "
+        f"{summary.successful_tasks} answered, {summary.failed_tasks} failed, average score "
+        f"{number(summary.average_score)} ({summary.metric or 'no metric'})",
+        markup=False,
+    )
+    console.print(f"Summary: {found[-1]}", markup=False)

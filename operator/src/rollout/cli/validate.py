@@ -25,18 +25,20 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 from pydantic import ValidationError
 
-from rollout.api.dataset import load_local_dataset, looks_like_registry
+from rollout.api.dataset import Dataset, load_local_dataset, looks_like_registry
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
+from rollout.api.rows import ROW_ALIASES
 from rollout.api.taskdir import load_task
+from rollout.api.verifiers import Metric, VerifierChoice, VerifierSource
 from rollout.cli.prepare import (
     EnvValues,
     cache_dir,
@@ -50,6 +52,8 @@ EPILOG = """\
 examples:
   rollout validate ./tasks/hello-world        a task directory (it holds task.toml)
   rollout validate ./tasks                    a dataset: a directory of task directories
+  rollout validate ./gsm8k ./qa.jsonl         data datasets: dataset.toml + data/<split>.jsonl,
+                                              or a bare .jsonl / .json file of rows
   rollout validate job.yaml registry.json     a job file and a registry of datasets
   rollout validate rolloutjob.yaml            a RolloutJob manifest (GitOps)
   rollout validate --no-env --offline job.yaml   in CI: no secrets, no network
@@ -104,6 +108,8 @@ class Findings:
 
     warnings: list[Problem]
     images: list[str]
+    rows: list[str] = field(default_factory=list)
+    """A data dataset's rows: how many, from where, and how they are scored."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,9 @@ class JobChecks:
             raise InvalidInput(unrunnable)
         loaded = [d for d in checked.datasets if d is not None]
         force = checked.job.environment.force_build
-        return Findings(checked.warnings, image_plans(loaded, force_build=force))
+        job = checked.job
+        rows = [_rows_line(d, job.evaluation_metric) for d in loaded if d.rows is not None]
+        return Findings(checked.warnings, image_plans(loaded, force_build=force), rows)
 
 
 def validate_paths(paths: list[Path], out: TextIO, checks: JobChecks) -> int:
@@ -147,6 +155,8 @@ def validate_paths(paths: list[Path], out: TextIO, checks: JobChecks) -> int:
                 print(f"error {problem}", file=out)
         else:
             found = warnings if isinstance(warnings, Findings) else Findings([], [])
+            for line in found.rows:
+                print(f"rows {line}", file=out)
             for line in found.images:
                 print(f"image {line}", file=out)
             for warning in found.warnings:
@@ -161,6 +171,8 @@ def classify(path: Path, checks: JobChecks) -> tuple[str, Callable[[Path], Any]]
     if path.is_dir():
         if (path / "task.toml").exists():
             return "task", check_task
+        return "dataset", check_dataset
+    if path.suffix == ".jsonl" or (path.suffix == ".json" and _is_rows(path)):
         return "dataset", check_dataset
     if path.suffix == ".json" and _is_registry(path):
         return "registry", load_registry
@@ -184,11 +196,29 @@ def check_task(path: Path) -> Findings:
 
 def check_dataset(path: Path) -> Findings:
     """A dataset directory is valid when every task in it is (`rollout run` would run the
-    others, and fail the broken ones' trials); its warnings and its tasks' images."""
+    others, and fail the broken ones' trials); its warnings and its tasks' images. A data
+    dataset (rows) is valid when every row is; it says how many rows and how they are scored."""
     dataset = load_local_dataset(path)
     if problems := dataset.problems():
         raise InvalidInput(problems)
-    return Findings(unhonoured_problems([dataset]), image_plans([dataset]))
+    rows = [_rows_line(dataset)] if dataset.rows is not None else []
+    return Findings(unhonoured_problems([dataset]), image_plans([dataset]), rows)
+
+
+def _rows_line(dataset: Dataset, metric: Metric | None = None) -> str:
+    """`<dataset>: 250 rows of split test (data/test.jsonl), scored by metric exact_match
+    (dataset.toml)`; a job's evaluation_metric replaces the dataset's verifier."""
+    rows = dataset.rows
+    assert rows is not None
+    verifier = rows.verifier
+    if metric is not None:
+        verifier = VerifierChoice.of_metric(metric, VerifierSource.JOB)
+    count = len(rows.rows)
+    plural = "row" if count == 1 else "rows"
+    return (
+        f"{dataset.name}: {count} {plural} of split {rows.split} ({rows.data_file}), scored by "
+        f"{verifier.describe()}"
+    )
 
 
 def _manifests(path: Path) -> list[dict[str, Any]] | None:
@@ -249,6 +279,20 @@ def _is_registry(path: Path) -> bool:
     if isinstance(data, dict) and "agents" in data:
         return False
     return looks_like_registry(data) or path.name == "registry.json"
+
+
+def _is_rows(path: Path) -> bool:
+    """Whether a JSON file is a data dataset: a list of rows (objects with a question)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(isinstance(item, dict) and "tasks" not in item for item in data)
+        and any(key in data[0] for key in ROW_ALIASES["question"])
+    )
 
 
 def _missing(path: Path) -> None:

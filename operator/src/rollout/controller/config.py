@@ -84,6 +84,12 @@ class OperatorConfig(BaseModel):
     runner_image_pull_policy: PullPolicy = Field(
         "IfNotPresent", description="imagePullPolicy of the runner container."
     )
+    rows_image: str | None = Field(
+        None,
+        min_length=1,
+        description="The environment image of data rows whose dataset declares no "
+        "docker_image; None: the runner's image (it has sh, and it is on the node already).",
+    )
     storage: StorageSpec | None = Field(
         None,
         description="The spec.storage of RolloutJobs without one; None: every RolloutJob must "

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pydantic import ValidationError
 
 from rollout.api.errors import InvalidInput
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import DatasetManifest
-from rollout.api.plan import ResolvedDataset, ResolvedTask, resolved_tasks
+from rollout.api.plan import ResolvedDataset, resolved_dataset
 from rollout.api.resources import DatasetRef
 from rollout.storage import ObjectNotFound, ObjectStore
 
@@ -34,8 +35,9 @@ class DatasetProblem(Exception):
         self.message = message
 
 
-def parse_manifest(data: bytes, *, digest: str, where: str) -> tuple[ResolvedTask, ...]:
-    """The tasks of a manifest's bytes, checked against the digest that names them."""
+def parse_manifest(data: bytes, *, digest: str, where: str) -> ResolvedDataset:
+    """A manifest's bytes, checked against the digest that names them, as a dataset (named as
+    the manifest says; a job names it its own way)."""
     actual = hashlib.sha256(data).hexdigest()
     if actual != digest:
         raise DatasetProblem(f"{where} does not match its digest (its sha256 is {actual})")
@@ -48,21 +50,21 @@ def parse_manifest(data: bytes, *, digest: str, where: str) -> tuple[ResolvedTas
             f"{where} is not a dataset manifest: {where_in}: {first['msg']}"
         ) from None
     try:
-        tasks = resolved_tasks(manifest, where)
+        dataset = resolved_dataset(manifest, manifest.name, digest)
     except InvalidInput as err:
-        raise DatasetProblem(str(err)) from None
-    if not tasks:
+        raise DatasetProblem(f"{where}: {err}") from None
+    if not dataset.tasks:
         raise DatasetProblem(f"{where} lists no tasks")
-    return tuple(tasks)
+    return dataset
 
 
 class DatasetResolver:
     """Reads and caches dataset manifests; storage calls run in a thread, off the event loop."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[ResolvedTask, ...]] = {}
+        self._cache: dict[str, ResolvedDataset] = {}
 
-    def cached(self, digest: str) -> tuple[ResolvedTask, ...] | None:
+    def cached(self, digest: str) -> ResolvedDataset | None:
         return self._cache.get(digest)
 
     async def resolve(
@@ -75,8 +77,8 @@ class DatasetResolver:
         """
         resolved: list[ResolvedDataset] = []
         for index, ref in enumerate(refs):
-            tasks = self._cache.get(ref.digest)
-            if tasks is None:
+            dataset = self._cache.get(ref.digest)
+            if dataset is None:
                 key = dataset_manifest_key(store.location.prefix, ref.digest)
                 where = f"spec.datasets[{index}] ({ref.name}): manifest {store.uri(key)}"
                 try:
@@ -85,7 +87,7 @@ class DatasetResolver:
                     raise DatasetProblem(
                         f"{where} does not exist; publish the dataset first (rollout publish)"
                     ) from None
-                tasks = parse_manifest(data, digest=ref.digest, where=where)
-                self._cache[ref.digest] = tasks
-            resolved.append(ResolvedDataset(ref.name, ref.digest, tasks))
+                dataset = parse_manifest(data, digest=ref.digest, where=where)
+                self._cache[ref.digest] = dataset
+            resolved.append(replace(dataset, name=ref.name))
         return resolved

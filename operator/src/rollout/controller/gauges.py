@@ -23,7 +23,7 @@ class TrialGauges:
 
 
 def trial_gauges(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> TrialGauges:
-    running, finished = trial_counts(plan, trials)
+    running, finished = trial_counts(plan, trials, rows=False)
     succeeded = sum(
         1 for t in plan.trials if (e := trials.get(t.name)) and e.phase == TrialPhase.SUCCEEDED
     )

@@ -47,6 +47,17 @@ FINISHED_PHASES = frozenset({TrialPhase.SUCCEEDED, TrialPhase.FAILED})
 
 
 @dataclass(frozen=True, slots=True)
+class RowEntry:
+    """A row of a finished shard, as its status lists it (`RowOutcome`)."""
+
+    id: str
+    attempt: int
+    reward: float | None = None
+    error_type: ErrorType | None = None
+    failure_class: FailureClass | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TrialEntry:
     """One RolloutTrial as the job's reconciler needs it."""
 
@@ -73,6 +84,10 @@ class TrialEntry:
     """The RolloutImage whose image the trial runs (an image built in the cluster)."""
     waiting_for_image: bool = False
     """Its status says it waits for that image (so it is not said again)."""
+    shard: bool = False
+    """A shard of data rows (its spec has `rows`): its rows are the seed's trials."""
+    rows: tuple[RowEntry, ...] = ()
+    """A finished shard's rows, as its status lists them."""
 
     @property
     def key(self) -> TrialKey:
@@ -220,7 +235,32 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
         created_at=timestamp(metadata.get("creationTimestamp")),
         image_build=str(spec["imageBuild"]) if spec.get("imageBuild") else None,
         waiting_for_image=_waits_for_image(status),
+        shard=isinstance(spec.get("rows"), Mapping),
+        rows=_rows(status.get("rows")),
     )
+
+
+def _rows(value: Any) -> tuple[RowEntry, ...]:
+    """A shard status's rows (entries that are not rows are skipped)."""
+    if not isinstance(value, list):
+        return ()
+    rows: list[RowEntry] = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        attempt = item.get("attempt")
+        if not isinstance(item.get("id"), str) or not isinstance(attempt, int):
+            continue
+        rows.append(
+            RowEntry(
+                id=item["id"],
+                attempt=attempt,
+                reward=_number(item.get("reward")),
+                error_type=_error_type({"error": {"type": item.get("errorType")}}),
+                failure_class=_failure_class(item),
+            )
+        )
+    return tuple(rows)
 
 
 def _waits_for_image(status: Mapping[str, Any]) -> bool:

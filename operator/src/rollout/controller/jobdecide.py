@@ -42,9 +42,10 @@ from typing import Any
 
 from rollout.api.errors import ErrorType
 from rollout.api.failures import BUILD_NOT_RUN
-from rollout.api.plan import PlannedTrial
+from rollout.api.plan import PlannedShard, PlannedTrial
 from rollout.api.resources import JobPhase, RolloutJob, RolloutJobStatus, StorageSpec, TrialPhase
 from rollout.api.results import JobResult
+from rollout.api.rowrun import RowItem
 from rollout.api.trial_spec import task_error
 from rollout.controller.builds import (
     BuildRefused,
@@ -63,6 +64,7 @@ from rollout.controller.netpolicy import PolicyPlan
 from rollout.controller.planner import all_finished, next_to_create, unfinished_count
 from rollout.controller.prices import UnitPrices
 from rollout.controller.records import OperatorRecord, TrialPlace
+from rollout.controller.shards import cancelled_rows
 from rollout.controller.status import (
     invalid_status,
     job_status,
@@ -164,6 +166,7 @@ class NewTrials:
     namespace: str
     job_uid: str
     runner_image: str
+    rows_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,7 @@ class CreateTrial:
             storage=new.storage,
             runner_image=new.runner_image,
             build=self.build,
+            rows_image=new.rows_image,
         )
 
 
@@ -239,11 +243,12 @@ class CreateNetworkPolicies:
 
 @dataclass(frozen=True)
 class WriteJobFiles:
-    """Write the finished job's result.json to storage."""
+    """Write the finished job's result.json to storage (and its data rows' seed 002 files)."""
 
     storage: StorageSpec
     job: RolloutJob
     result: JobResult
+    shards: tuple[PlannedShard, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -353,6 +358,14 @@ def cancelled_records(
     records: list[OperatorRecord | None] = []
     for trial in trials.values():
         if not trial.runs_in_pod or trial.finished or trial.phase == TrialPhase.RUNNING:
+            continue
+        if trial.shard:
+            planned = spec.plan.by_name.get(trial.name)
+            if planned is not None and planned.shard is not None:
+                items = [
+                    RowItem(id=t.key.task, attempt=t.key.attempt) for t in planned.shard.trials
+                ]
+                records += cancelled_rows(place, trial, items, message=CANCELLED, now=now)
             continue
         failed = fail_trial(
             trial.key,
@@ -529,6 +542,7 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
         namespace=view.namespace,
         job_uid=view.uid,
         runner_image=job.spec.runner_image or config.runner_image,
+        rows_image=config.rows_image,
     )
     place = TrialPlace(planned.storage, job.job_name)
     creations: list[CreateTrial] = []
@@ -550,6 +564,8 @@ def _at_creation(
     """A new trial's failure when it cannot run (seed 000: "For task_invalid and task_not_found
     errors, no container is started"; or its image needs a build that cannot run), else the
     image build it waits for (None: its image is pulled)."""
+    if trial.shard is not None:
+        return None, None  # rows run in their dataset's image, or the runner's: nothing to build
     cost = trial_cost(None, None, config.unit_prices, now=view.now)  # nothing ran: 0 with prices
     if (error := task_error(trial)) is not None:
         return fail_trial(trial.key, place, error.type, error.message, view.now, cost=cost), None
@@ -645,7 +661,7 @@ def _status(
             started_at=view.status.started_at or moment,
             ended_at=moment,
         )
-        files = WriteJobFiles(planned.storage, job, result)
+        files = WriteJobFiles(planned.storage, job, result, plan.shards)
         return JobDecision((*steps, files), waiting=waiting, status_checked=True)
     desired = job_status(
         plan=plan,

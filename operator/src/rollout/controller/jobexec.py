@@ -56,6 +56,7 @@ from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pod import render_trial_pod
 from rollout.controller.records import OperatorRecord, TrialPlace
 from rollout.controller.runtime import Runtime
+from rollout.controller.shards import finish_rows, keep_row_tries, shard_error, shard_items
 from rollout.controller.status import status_patch
 from rollout.controller.trial_files import copy_build_log, keep_try, set_cost, write_record
 from rollout.controller.trials import (
@@ -144,9 +145,10 @@ class JobExecutor:
                 case CreateNetworkPolicies(plan=plan):
                     await self._create_network_policies(plan)
                     done.policies_made = True
-                case WriteJobFiles(storage=storage, job=job, result=result):
+                case WriteJobFiles(storage=storage, job=job, result=result, shards=shards):
                     store = self.runtime.stores.for_spec(storage)
-                    done.result_uri = (await write_job_files(store, job, result)).result_uri
+                    written = await write_job_files(store, job, result, shards)
+                    done.result_uri = written.result_uri
                 case ReportGauges(gauges=gauges):
                     self.runtime.metrics.jobs.report(self.uid, gauges.by_phase, gauges.active)
                 case PatchJobStatus(status=status):
@@ -205,10 +207,13 @@ class JobExecutor:
     async def _write_records(self, actions: list[JobAction]) -> None:
         """Write what storage must have before these actions' status patches: the records of
         the trials they finish without their runner's, and the cost in their runners'."""
+        # A shard's rows are recorded when it finishes (`_finish`), not as the shard itself.
         steps = [
             action.action
             for action in actions
-            if isinstance(action, TrialStep) and isinstance(action.action, PatchStatus)
+            if isinstance(action, TrialStep)
+            and isinstance(action.action, PatchStatus)
+            and not action.trial.shard
         ]
         # A failed build's log first: a record that points at it finds it there.
         logs = {step.build_log.key: step.build_log for step in steps if step.build_log}
@@ -259,9 +264,16 @@ class JobExecutor:
                     return False
                 if keep is not None:
                     # The lost try's files move first; interrupted, the next look moves the
-                    # rest (the new Pod does not exist yet, so nothing of it is moved).
+                    # rest (the new Pod does not exist yet, so nothing of it is moved). A
+                    # shard's are its rows' (those it runs again).
                     store = self.runtime.stores.for_spec(keep.storage)
-                    await asyncio.to_thread(keep_try, store, keep)
+                    if trial.shard:
+                        items = shard_items(body)
+                        await asyncio.to_thread(
+                            keep_row_tries, store, place, trial, items, keep.number
+                        )
+                    else:
+                        await asyncio.to_thread(keep_try, store, keep)
                 return await self._create_pod(
                     body,
                     trial,
@@ -277,7 +289,7 @@ class JobExecutor:
                 return False
             case PatchStatus():
                 # Its record, if any, is in storage already (`_write_records`).
-                return await self._finish(name, step)
+                return await self._finish(trial, step, place, now)
             case RetryPod():
                 # The retry is recorded first: a restart in between creates the new Pod instead
                 # of retrying again. The new Pod follows at a later look (`CreatePod`).
@@ -290,9 +302,19 @@ class JobExecutor:
                     await self._delete_pod(step.old_pod)
                 return True
 
-    async def _finish(self, name: str, step: PatchStatus) -> bool:
-        """Patch a trial's status (its record is in storage); True when the trial was written."""
-        patched = await self.api.patch_trial_status(self.namespace, name, step.status)
+    async def _finish(
+        self, trial: TrialEntry, step: PatchStatus, place: TrialPlace, now: datetime
+    ) -> bool:
+        """Patch a trial's status (its record is in storage); True when the trial was written.
+        A finished shard's status gets its rows' outcomes (`shards`)."""
+        name = trial.name
+        status = step.status
+        if trial.shard and step.final:
+            rows = await self._finish_rows(trial, step, place, now)
+            if rows is None:
+                return False
+            status = {**status, "rows": rows}
+        patched = await self.api.patch_trial_status(self.namespace, name, status)
         if patched is None:
             return False
         done = self.writes.trial_written(patched)
@@ -304,6 +326,27 @@ class JobExecutor:
         if step.delete_pod:
             await self._delete_pod(step.delete_pod)
         return True
+
+    async def _finish_rows(
+        self, trial: TrialEntry, step: PatchStatus, place: TrialPlace, now: datetime
+    ) -> list[dict[str, Any]] | None:
+        """A finished shard's rows (each recorded in storage), for its status; None when the
+        shard is gone."""
+        body = await self.api.get_trial(self.namespace, trial.name)
+        if body is None:
+            return None
+        store = self.runtime.stores.for_spec(place.storage)
+        outcomes = await asyncio.to_thread(
+            finish_rows,
+            store,
+            place,
+            trial,
+            shard_items(body),
+            error=shard_error(step.status),
+            now=now,
+            pod_name=trial.pod_name,
+        )
+        return [o.model_dump(mode="json", exclude_none=True) for o in outcomes]
 
     async def _create_pod(
         self,
@@ -344,8 +387,9 @@ class JobExecutor:
                 created_at=trial.created_at,
                 cost=trial_cost(trial.cost, None, config.unit_prices, now=now),
             )
-            await self.write_records([failed.record])
-            return await self._finish(trial.name, failed)
+            if not trial.shard:
+                await self.write_records([failed.record])
+            return await self._finish(trial, failed, place, now)
         self.writes.pods_created.add(pod_name)
         await self.api.create_pod(self.namespace, pod)
         return False
@@ -360,8 +404,10 @@ class JobExecutor:
         if not created:
             return  # an existing trial is driven like any other
         if create.failed is not None:
-            await self.write_records([create.failed.record])
-            await self._finish(create.name, create.failed)
+            place = TrialPlace(create.made_from.storage, create.made_from.job.job_name)
+            if not trial.shard:
+                await self.write_records([create.failed.record])
+            await self._finish(trial, create.failed, place, now)
             return
         if not create.creates_pod:
             return  # its image is being built: its Pod waits for it (`trials.decide`)

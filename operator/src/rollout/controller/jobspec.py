@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rollout.api.plan import JobPlan, ResolvedDataset, plan_job
+from rollout.api.plan import JobPlan, ResolvedDataset, pick_tasks, plan_job
 from rollout.api.problems import validation_problems
 from rollout.api.resources import JobConditionReason, RolloutJob, RolloutJobStatus, StorageSpec
+from rollout.api.trial_spec import evaluator_problem, row_verifier
 from rollout.controller.buckets import NoStorage, job_storage_spec
 from rollout.controller.netpolicy import PolicyPlan, policy_plan
 
@@ -114,10 +115,26 @@ def plan_trials(
     where: str,
 ) -> Planned | Invalid:
     """The job's trials from its resolved datasets (named after the RolloutJob's metadata.name)."""
+    spec = job.spec
     try:
-        agents = [a.name for a in job.spec.agents]
-        plan = plan_job(resource_name, agents, datasets, job.spec.n_attempts)
-    except ValueError as err:
+        picked = pick_tasks(
+            datasets, max_tasks=spec.max_tasks, task_ids=spec.task_ids, where=f"{where}: spec"
+        )
+        agents = [a.name for a in spec.agents]
+        plan = plan_job(
+            resource_name, agents, picked, spec.n_attempts, shard_size=spec.shard_size
+        ).as_units()
+    except ValueError as err:  # InvalidInput among them
         return Invalid(JobConditionReason.INVALID_SPEC, f"{where}: {err}")
+    if problem := _row_problem(job, plan):
+        return Invalid(JobConditionReason.INVALID_SPEC, f"{where}: {problem}")
     # Worked out once per plan: a job of many trials is not looked through again at each pass.
     return Planned(job, plan, storage, policy_plan(job, storage, plan))
+
+
+def _row_problem(job: RolloutJob, plan: JobPlan) -> str | None:
+    """What keeps the job's data rows from being scored (llm_judgement without its settings)."""
+    for shard in plan.shards:
+        if problem := evaluator_problem(job, row_verifier(job, shard)):
+            return f"dataset {shard.key.dataset}: {problem}"
+    return None

@@ -111,6 +111,13 @@ OPERATOR_SETTINGS: tuple[Setting, ...] = (
         _pull_policy,
         "POLICY",
     ),
+    Setting(
+        "rows_image",
+        "ROLLOUT_ROWS_IMAGE",
+        "--rows-image",
+        "environment image of data rows whose dataset declares none (default: the runner image)",
+        metavar="IMAGE",
+    ),
     CREDENTIALS_SECRET.but(
         name="storage_credentials_secret",
         help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY that trial Pods mount",

@@ -47,6 +47,7 @@ from rollout.api.resources import (
     RolloutTrial,
     RolloutTrialSpec,
 )
+from rollout.api.rowrun import EVALUATOR_API_KEY_ENV
 from rollout.api.trials import TrialKey, trial_labels
 from rollout.api.wire import termination
 from rollout.api.wire.shim import CONTROL_DIR, MAX_ARGUMENT_BYTES, shim_command
@@ -166,8 +167,9 @@ def render_trial_pod(
         "shareProcessNamespace": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": config.pod_termination_grace_sec,
+        # The oracle's data rows need no environment: the Pod holds the runner alone.
         "containers": [
-            environment_container(spec),
+            *([environment_container(spec)] if spec.needs_environment else []),
             runner_container(
                 spec,
                 trial_name=name,
@@ -387,22 +389,23 @@ def ready_timeout_sec(spec: RolloutTrialSpec) -> float:
 
 
 def pod_deadline_sec(spec: RolloutTrialSpec) -> int:
-    """activeDeadlineSeconds of a trial Pod: every phase's budget, the uploads and a margin."""
+    """activeDeadlineSeconds of a trial Pod: every phase's budget, the uploads and a margin; a
+    shard's Pod has its rows' agent, verifier and upload budgets once per row."""
     timeouts = spec.timeouts
+    rows = len(spec.rows.items) if spec.rows is not None else 1
     budget = (
         ready_timeout_sec(spec)
         + timeouts.agent_install_sec
-        + timeouts.agent_sec
-        + timeouts.verifier_sec
-        + UPLOAD_TIMEOUT_SEC
+        + rows * (timeouts.agent_sec + timeouts.verifier_sec + UPLOAD_TIMEOUT_SEC)
         + DEADLINE_MARGIN_SEC
     )
     return math.ceil(budget)
 
 
 def agent_secret_env(spec: RolloutTrialSpec) -> list[dict[str, Any]]:
-    """For each agent env var from a Secret, a runner variable with the same `valueFrom`."""
-    return [
+    """For each agent env var from a Secret, a runner variable with the same `valueFrom`; and
+    a shard's llm_judgement evaluator key (`rollout.api.rowrun.EVALUATOR_API_KEY_ENV`)."""
+    env = [
         {
             "name": agent_env_var_name(var.name),
             "valueFrom": var.value_from.model_dump(mode="json", by_alias=True, exclude_none=True),
@@ -410,6 +413,11 @@ def agent_secret_env(spec: RolloutTrialSpec) -> list[dict[str, Any]]:
         for var in spec.agent.env
         if var.value_from is not None
     ]
+    evaluator = spec.rows.evaluator if spec.rows is not None else None
+    if evaluator is not None and evaluator.api_key is not None:
+        selector = evaluator.api_key.model_dump(mode="json", by_alias=True, exclude_none=True)
+        env.append({"name": EVALUATOR_API_KEY_ENV, "valueFrom": {"secretKeyRef": selector}})
+    return env
 
 
 def _volumes(credentials_secret: str | None) -> list[dict[str, Any]]:

@@ -5,7 +5,9 @@ out. It reads only what the Pod shows (container states, conditions, reasons, th
 termination message), in this order of precedence:
 
 1. `Finished`: the runner terminated with a termination message that parses. The trial's outcome
-   is in it, whatever happened to the Pod afterwards.
+   is in it, whatever happened to the Pod afterwards; but for a shard of data rows whose runner
+   stopped before its last row: then the Pod's loss (or its deadline) decides, and a lost shard
+   runs again for the rows it left.
 2. `Lost`: the Pod was evicted, preempted, lost with its node, shut down with it, refused by the
    kubelet at admission, or is being deleted, before the runner finished. Not the trial's doing:
    the operator retries it in a new Pod (up to the job's retry limit).
@@ -147,6 +149,14 @@ def classify_pod(pod: Mapping[str, Any], *, now: datetime, config: OperatorConfi
     runner_end = terminated_state(runner)
 
     if runner_end is not None and (finished := _finished(runner_end)) is not None:
+        if not _unfinished_shard(finished):
+            return finished
+        # A shard's runner that stopped before its last row (SIGTERM: its Pod went, or ran
+        # out of time) leaves rows for the next try: the Pod's fate decides, as without one.
+        if (lost := _lost(pod, status)) is not None:
+            return lost
+        if status.get("reason") == "DeadlineExceeded":
+            return _deadline_exceeded(pod, status, runner)
         return finished
     if (lost := _lost(pod, status)) is not None:
         return lost
@@ -186,6 +196,12 @@ def pod_phase_for_status(verdict: PodVerdict) -> TrialPhase:
 
 
 # --- the steps ------------------------------------------------------------------------------------
+
+
+def _unfinished_shard(finished: Finished) -> bool:
+    """A shard's runner reported fewer rows recorded than its shard has."""
+    rows = finished.message.rows if finished.message is not None else None
+    return rows is not None and rows.get("recorded", 0) < rows.get("total", 0)
 
 
 def _finished(terminated: Mapping[str, Any]) -> Finished | None:

@@ -18,7 +18,7 @@ from datetime import datetime
 from rollout.api.additions import FailureCounts
 from rollout.api.aggregate import TrialOutcome, summarize
 from rollout.api.metrics import MetricType
-from rollout.api.plan import JobPlan
+from rollout.api.plan import JobPlan, PlannedShard
 from rollout.api.resources import (
     Condition,
     ConditionStatus,
@@ -35,11 +35,14 @@ from rollout.controller.index import TrialEntry
 
 
 def outcomes(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> list[TrialOutcome]:
-    """Every trial of the plan in order, as aggregation sees it (not created: no verdict yet)."""
+    """Every trial of the plan in order, as aggregation sees it (not created: no verdict yet);
+    a shard's rows each in their place, from the shard's status once it has finished."""
     listed: list[TrialOutcome] = []
     for planned in plan.trials:
         entry = trials.get(planned.name)
-        if entry is not None:
+        if planned.shard is not None:
+            listed.extend(_row_outcomes(planned.shard, entry))
+        elif entry is not None:
             listed.append(entry.outcome())
         else:
             key = planned.key
@@ -47,15 +50,45 @@ def outcomes(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> list[TrialOutco
     return listed
 
 
-def trial_counts(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> tuple[int, int]:
-    """(running, finished) among the plan's trials."""
+def _row_outcomes(shard: PlannedShard, entry: TrialEntry | None) -> list[TrialOutcome]:
+    """A shard's rows; the shard's cost is shared evenly among them."""
+    rows = {(row.id, row.attempt): row for row in entry.rows} if entry is not None else {}
+    share = None
+    if entry is not None and entry.cost is not None:
+        share = entry.cost / len(shard.trials)
+    listed: list[TrialOutcome] = []
+    for trial in shard.trials:
+        key = trial.key
+        row = rows.get((key.task, key.attempt))
+        listed.append(
+            TrialOutcome(
+                key.task,
+                key.dataset,
+                key.agent,
+                key.attempt,
+                reward=row.reward if row is not None else None,
+                error_type=row.error_type if row is not None else None,
+                cost=share,
+                failure_class=row.failure_class if row is not None else None,
+            )
+        )
+    return listed
+
+
+def trial_counts(
+    plan: JobPlan, trials: Mapping[str, TrialEntry], *, rows: bool = True
+) -> tuple[int, int]:
+    """(running, finished) among the seed's trials of the plan: a finished shard's rows have
+    all finished, and a running shard has one row running (it answers them one at a time).
+    `rows=False`: among the plan's trial resources (a shard is one)."""
     running = finished = 0
     for planned in plan.trials:
         entry = trials.get(planned.name)
         if entry is None:
             continue
         if entry.finished:
-            finished += 1
+            shard = planned.shard
+            finished += len(shard.trials) if rows and shard is not None else 1
         elif entry.phase == TrialPhase.RUNNING:
             running += 1
     return running, finished
@@ -77,7 +110,7 @@ def job_status(
     The job is Completed only once `result_uri` is known (its result.json is written): until
     then a job whose trials have all finished is still Running.
     """
-    total = len(plan)
+    total = plan.trial_count
     running, finished = trial_counts(plan, trials)
     summary = summarize(outcomes(plan, trials), metrics=metrics)
     done = finished == total

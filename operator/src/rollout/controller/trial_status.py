@@ -136,11 +136,18 @@ def finished_status(
     error = message.error
     note = f" (uploads incomplete: {message.upload_error})" if message.upload_error else ""
     if phase == TrialPhase.SUCCEEDED:
+        finished = f"The trial finished with reward {message.reward}"
+        if message.rows is not None:  # a shard of data rows
+            rows = message.rows
+            finished = (
+                f"The shard finished: {rows.get('recorded', 0)} of {rows.get('total', 0)} rows "
+                f"recorded, {rows.get('scored', 0)} scored, {rows.get('failed', 0)} failed"
+            )
         condition = _condition(
             TrialConditionType.COMPLETE,
             ConditionStatus.TRUE,
             TrialConditionReason.RUNNER_FINISHED,
-            f"The trial finished with reward {message.reward}{note}.",
+            f"{finished}{note}.",
             now,
         )
     else:

@@ -78,12 +78,15 @@ def trial_manifest(
     storage: StorageSpec,
     runner_image: str,
     build: ImageBuild | None = None,
+    rows_image: str | None = None,
 ) -> dict[str, Any]:
     """The RolloutTrial to create: named, labelled and owned by its RolloutJob (`build`: its
     image is built in the cluster)."""
     job_name = job.metadata.name or job.job_name
     built = (build.pull_image, build.name) if build is not None else None
-    spec = trial_spec(job, planned, storage=storage, runner_image=runner_image, built=built)
+    spec = trial_spec(
+        job, planned, storage=storage, runner_image=runner_image, built=built, rows_image=rows_image
+    )
     return {
         "apiVersion": API_VERSION,
         "kind": RolloutTrial.resource.kind,

@@ -26,20 +26,30 @@ from pathlib import Path
 
 from rollout.api.aggregate import JobSummary, TrialOutcome, aggregate, summarize, trial_span
 from rollout.api.errors import ErrorType, InvalidInput
-from rollout.api.failures import FailureClass
 from rollout.api.layout import (
     RESULT_JSON,
     RETRIES_DIR,
     job_config_key,
+    job_prefix,
     job_result_key,
 )
-from rollout.api.plan import JobPlan, PlannedTrial
+from rollout.api.plan import JobPlan, PlannedShard, PlannedTrial
+from rollout.api.records import keeps_record
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import JobResult, TrialResult
-from rollout.api.trial_spec import task_error, trial_spec
+from rollout.api.rowresults import (
+    ROW_LINE,
+    RowFileSettings,
+    line_of_record,
+    parse_line,
+    row_files,
+)
+from rollout.api.rowrun import RowItem, RowVerifier
+from rollout.api.trial_spec import row_verifier, shard_spec, task_error, trial_spec
 from rollout.local.environments import Sandboxes
+from rollout.local.shard import ShardRun
 from rollout.local.trial import LocalTrial, TrialRun, trial_files
-from rollout.storage import DirectoryStore
+from rollout.storage import DirectoryStore, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +84,6 @@ class JobRun:
     """How to reach each sandbox kept for inspection (preserveEnv)."""
 
 
-def keeps_record(result: TrialResult | None, retry: Collection[ErrorType]) -> bool:
-    """Whether a resumed job keeps a trial's record instead of running the trial again."""
-    if result is None:
-        return False
-    if result.error is None:
-        return True
-    if result.error.type in retry:
-        return False
-    return result.failure_class is not FailureClass.INFRASTRUCTURE
-
-
 class LocalJob:
     """One job, run on this machine; `stop()` (Ctrl-C) ends it early and keeps what finished."""
 
@@ -101,6 +100,7 @@ class LocalJob:
         resume: bool = False,
         retry_errors: Collection[ErrorType] = (),
         on_progress: Callable[[Progress], None] = lambda _: None,
+        evaluator_key: str | None = None,
     ) -> None:
         self.job = job
         self.plan = plan
@@ -111,6 +111,8 @@ class LocalJob:
         self.resume = resume
         self.retry_errors = frozenset(retry_errors)
         self.on_progress = on_progress
+        self.evaluator_key = evaluator_key
+        """llm_judgement's API key (job.yaml's evaluator_api_key resolved), for shards' runners."""
         self.store = store
         self._records: dict[str, TrialResult] = {}
         self._running: set[TrialRun] = set()
@@ -134,13 +136,15 @@ class LocalJob:
         tries = await asyncio.to_thread(self._earlier_records)
         concurrency = asyncio.Semaphore(self.job.spec.n_concurrent_trials)
         self._report()
-        await asyncio.gather(
-            *(
-                self._run_trial(planned, tries.get(planned.name, 0) + 1, concurrency)
-                for planned in self.plan.trials
-                if planned.name not in self._records
-            )
-        )
+        runs = []
+        for unit in self.plan.units:
+            if unit.shard is not None:
+                rows = [t for t in unit.shard.trials if t.name not in self._records]
+                if rows:
+                    runs.append(self._run_shard(unit.shard, rows, tries, concurrency))
+            elif unit.name not in self._records:
+                runs.append(self._run_trial(unit, tries.get(unit.name, 0) + 1, concurrency))
+        await asyncio.gather(*runs)
         result = await asyncio.to_thread(self._write_result, started)
         return JobRun(result, stopped=self._stopping, kept=self._kept)
 
@@ -194,24 +198,69 @@ class LocalJob:
             if not self._stopping:
                 self._finished(planned, await run.record_unrunnable(error))
             return
+        result = await self._run(run, planned.name, concurrency)
+        if result is not None:
+            self._finished(planned, result)
+        else:
+            self._report()
+
+    async def _run(
+        self, run: TrialRun, name: str, concurrency: asyncio.Semaphore
+    ) -> TrialResult | None:
+        """Run a trial (or a shard) in one of the job's slots, unless the job is stopping."""
+        result = None
         async with concurrency:
             if self._stopping:
-                return
+                return None
             self._running.add(run)
             self._report()
             try:
                 result = await run.run()
             except Exception:
-                log.exception("trial %s failed to run", planned.name)
-                result = None
+                log.exception("%s failed to run", name)
             finally:
                 self._running.discard(run)
         if run.kept is not None:
-            self._kept.append(f"{planned.name}: {run.kept}")
-        if result is not None:
-            self._finished(planned, result)
-        else:
-            self._report()
+            self._kept.append(f"{name}: {run.kept}")
+        return result
+
+    async def _run_shard(
+        self,
+        shard: PlannedShard,
+        rows: list[PlannedTrial],
+        tries: Mapping[str, int],
+        concurrency: asyncio.Semaphore,
+    ) -> None:
+        """Run the rows of a shard that have no record yet, in one sandbox and one runner: one
+        row at a time, so one of the job's n_concurrent_trials."""
+        # Each row's own try: a resumed job runs rows that have had different numbers of tries.
+        items = [
+            RowItem(id=t.key.task, attempt=t.key.attempt, try_number=tries.get(t.name, 0) + 1)
+            for t in rows
+        ]
+        spec = shard_spec(
+            self.job,
+            shard,
+            items,
+            storage=LOCAL_STORAGE,
+            runner_image=LOCAL_RUNNER_IMAGE,
+        )
+        shard_try = max(item.try_number or 1 for item in items)
+        trial = LocalTrial(
+            rows[0], spec, self.secrets.get(shard.key.agent, {}), try_number=shard_try
+        )
+        run = ShardRun(
+            trial,
+            rows,
+            self.store,
+            self.sandboxes,
+            environ=self.environ,
+            evaluator_key=self.evaluator_key,
+            tries={t.name: tries.get(t.name, 0) + 1 for t in rows},
+        )
+        await self._run(run, shard.name, concurrency)
+        self._records.update(run.results)
+        self._report()
 
     def _finished(self, planned: PlannedTrial, result: TrialResult) -> None:
         self._records[planned.name] = result
@@ -254,7 +303,37 @@ class LocalJob:
         )
         key = job_result_key(self.store.prefix, self.name)
         self.store.put_bytes(key, result.to_json().encode(), "application/json")
+        if self.plan.shards:
+            self._write_row_files(result)
         return result
+
+    def _write_row_files(self, result: JobResult) -> None:
+        """Seed 002's results.jsonl, evaluation.json and summary over the rows that ran."""
+        lines = []
+        for shard in self.plan.shards:
+            verifier = RowVerifier.of(row_verifier(self.job, shard)).label()
+            for planned in shard.trials:
+                record = self._records.get(planned.name)
+                if record is None:
+                    continue  # never ran (the job was stopped)
+                prefix = trial_files(self.store, self.name, planned.key)
+                try:
+                    line = parse_line(self.store.get_bytes(prefix + ROW_LINE), prefix + ROW_LINE)
+                except (StorageError, InvalidInput):
+                    line = None
+                lines.append(line_of_record(record, line, verifier=verifier))
+        datasets = list(dict.fromkeys(shard.key.dataset for shard in self.plan.shards))
+        spec = self.job.spec
+        files = row_files(
+            lines,
+            RowFileSettings(save_results=spec.save_results, save_summary=spec.save_summary),
+            benchmark_name=datasets[0] if len(datasets) == 1 else self.name,
+            total_time_seconds=result.total_duration_sec,
+            at=result.ended_at or datetime.now(UTC),
+            uri=lambda name: str(self.store.path(job_prefix(self.store.prefix, self.name) + name)),
+        )
+        for name, data in files.items():
+            self.store.put_bytes(job_prefix(self.store.prefix, self.name) + name, data)
 
 
 def _read_record(path: Path) -> TrialResult | None:

@@ -70,6 +70,12 @@ PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH")
 Nothing else (no cloud credentials, no tokens) reaches the runner or, through it, the trial."""
 
 
+def runner_output(log_path: Path) -> str:
+    """error.txt's note on a runner that died: the end of what it printed."""
+    tail = log_path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace").strip()
+    return f"The runner's last output:\n{tail}" if tail else "The runner printed nothing."
+
+
 @dataclass(frozen=True)
 class LocalTrial:
     """Everything one trial needs: its plan entry, its spec, and where its files go."""
@@ -154,7 +160,9 @@ class TrialRun:
             if not keep:
                 await asyncio.to_thread(shutil.rmtree, base, ignore_errors=True)
 
-    async def _run_runner(self, sandbox: Sandbox, base: Path, started: datetime) -> TrialResult:
+    async def _run_runner(
+        self, sandbox: Sandbox, base: Path, started: datetime
+    ) -> TrialResult | None:
         log_path = base / "runner.log"
         with log_path.open("wb") as log_file:
             self._process = await asyncio.create_subprocess_exec(
@@ -180,16 +188,21 @@ class TrialRun:
         if self._stopping:  # stopped while it was starting: it missed the signal
             self.stop()
         code = await self._wait_runner()
+        return await self._after_runner(code, log_path, started)
+
+    async def _after_runner(
+        self, code: int, log_path: Path, started: datetime
+    ) -> TrialResult | None:
+        """The trial's record once its runner has ended: the runner's, else one written here."""
         record = await asyncio.to_thread(self._read_record)
         if record is not None:
             return record
-        tail = log_path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace").strip()
         message = f"The runner ended (exit status {code}) without writing the trial's record"
         return await self._write_record(
             TrialError(type=ErrorType.INTERNAL_ERROR, message=message),
             started=started,
             in_setup=False,
-            notes=[f"The runner's last output:\n{tail}" if tail else "The runner printed nothing."],
+            notes=[runner_output(log_path)],
         )
 
     async def _wait_runner(self) -> int:
@@ -235,7 +248,22 @@ class TrialRun:
         in_setup: bool,
         notes: list[str] | None = None,
     ) -> TrialResult:
-        key = self.trial.planned.key
+        return await self._write_record_of(
+            self.trial.planned.key, error, started=started, in_setup=in_setup, notes=notes
+        )
+
+    async def _write_record_of(
+        self,
+        key: TrialKey,
+        error: TrialError,
+        *,
+        started: datetime,
+        in_setup: bool,
+        notes: list[str] | None = None,
+        tries: int | None = None,
+    ) -> TrialResult:
+        """Write the record of the trial `key` (this one, or a row of a shard, with `tries` of
+        its own)."""
         result = failed_result(
             key,
             started=started,
@@ -243,12 +271,12 @@ class TrialRun:
             in_setup=in_setup,
             error=error,
             failure_class=failure_class(error.type, agent_name=key.agent),
-            tries=self.trial.try_number,
+            tries=tries if tries is not None else self.trial.try_number,
         )
         text = record_error_text(
             self.trial.spec.job_name, key, error, notes=notes or [], written_by=WRITTEN_LOCALLY
         )
-        store, prefix = self.store, self.prefix
+        store, prefix = self.store, trial_files(self.store, self.trial.spec.job_name, key)
 
         def write() -> None:
             store.put_bytes(prefix + ERROR_TXT, text.encode(), "text/plain")

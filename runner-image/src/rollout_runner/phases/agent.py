@@ -40,11 +40,11 @@ async def run(ctx: TrialContext) -> None:
         if ctx.is_oracle:
             await _oracle(ctx)
         else:
-            await _install(ctx)
+            await install(ctx)
             if not ctx.record.failed:
-                await _execute(ctx)
+                await execute(ctx)
     finally:
-        await _kill_leftovers(ctx)
+        await kill_leftovers(ctx)
 
 
 def _agent_env(ctx: TrialContext) -> dict[str, str]:
@@ -56,7 +56,7 @@ def _agent_env(ctx: TrialContext) -> dict[str, str]:
     }
 
 
-async def _install(ctx: TrialContext) -> None:
+async def install(ctx: TrialContext) -> None:
     script = ctx.spec.agent.install
     if not script or not script.strip():
         return  # no install script: the phase does not run and its durations stay null
@@ -81,7 +81,7 @@ async def _install(ctx: TrialContext) -> None:
             )
 
 
-async def _execute(ctx: TrialContext) -> None:
+async def execute(ctx: TrialContext) -> None:
     script = ctx.spec.agent.execute or ""
     timeout = ctx.spec.timeouts.agent_sec
     with ctx.record.phase(Phase.AGENT_EXECUTION):
@@ -177,7 +177,7 @@ async def _run(
     return result
 
 
-async def _kill_leftovers(ctx: TrialContext) -> None:
+async def kill_leftovers(ctx: TrialContext) -> None:
     """Kill every process the agent left behind (daemons, background jobs)."""
     try:
         async with asyncio.timeout(ctx.options.housekeeping_timeout_sec):

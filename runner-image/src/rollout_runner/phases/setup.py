@@ -24,7 +24,13 @@ from pathlib import Path
 from rollout.api.envrefs import resolve_task_env
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.layout import task_archive_key
-from rollout.api.taskdir import INSTRUCTION, Task, load_task, require_oracle_solution, tree_hash
+from rollout.api.taskdir import (
+    INSTRUCTION,
+    Task,
+    load_archived_task,
+    require_oracle_solution,
+    tree_hash,
+)
 from rollout.storage import ObjectNotFound, StorageError
 from rollout_runner.archive import extract_task_archive
 from rollout_runner.context import (
@@ -49,7 +55,7 @@ READY_GRACE_SEC = 30.0
 async def run(ctx: TrialContext) -> None:
     """Run the environment setup phase; on failure the error is recorded and nothing follows."""
     with ctx.record.phase(Phase.ENVIRONMENT_SETUP):
-        if not await _wait_for_environment(ctx):
+        if not await wait_for_environment(ctx):
             return
         task = await _fetch_task(ctx)
         if task is None:
@@ -69,7 +75,7 @@ async def run(ctx: TrialContext) -> None:
             if ctx.creates_agent_user:
                 what = f"creating the agent user {ISOLATED_AGENT_USER}"
                 await ctx.housekeeping(create_agent_user_script(), what, cwd=ctx.workdir)
-            await ctx.housekeeping(_prepare_script(ctx.agent_user), "preparing /logs")
+            await ctx.housekeeping(prepare_script(ctx.agent_user), "preparing /logs")
             await ctx.environment.put_files(
                 task.path / INSTRUCTION, ctx.spec.instruction_path, owner=ctx.agent_user
             )
@@ -79,7 +85,7 @@ async def run(ctx: TrialContext) -> None:
             )
 
 
-async def _wait_for_environment(ctx: TrialContext) -> bool:
+async def wait_for_environment(ctx: TrialContext) -> bool:
     timeout = ctx.options.ready_timeout_sec
     log.info("waiting up to %gs for the environment", timeout)
     try:
@@ -106,19 +112,9 @@ async def _fetch_task(ctx: TrialContext) -> Task | None:
             "(the trial's spec names none): it cannot run",
         )
         return None
-    key = task_archive_key(ctx.store.prefix, spec.task_content_hash)
-    uri = ctx.store.uri(key)
-    try:
-        data = await in_daemon_thread(lambda: ctx.store.get_bytes(key))
-    except ObjectNotFound:
-        ctx.record.fail(
-            ErrorType.TASK_NOT_FOUND,
-            f"Task {spec.task_name!r} of dataset {spec.dataset_name!r} was not found: there is "
-            f"no task archive at {uri} (was the dataset published to this bucket?)",
-        )
-        return None
-    except StorageError as err:
-        ctx.record.fail(ErrorType.INTERNAL_ERROR, f"The task archive could not be fetched: {err}")
+    missing = f"Task {spec.task_name!r} of dataset {spec.dataset_name!r} was not found"
+    data = await fetch_archive(ctx, spec.task_content_hash, "task archive", missing)
+    if data is None:
         return None
     destination = ctx.options.work_dir / "task"
     try:
@@ -128,6 +124,26 @@ async def _fetch_task(ctx: TrialContext) -> Task | None:
         message = str(err).replace(str(destination), f"task {spec.task_name!r}")
         ctx.record.fail(err.error_type or ErrorType.TASK_INVALID, f"The task is invalid: {message}")
         return None
+
+
+async def fetch_archive(
+    ctx: TrialContext, content_hash: str, archive: str, missing: str
+) -> bytes | None:
+    """`tasks/<content_hash>.tar.gz` from storage (a task's, or a data dataset's rows), or None
+    with the error recorded: task_not_found when it is not there (`missing` says what, e.g.
+    "Task 't' of dataset 'd' was not found"), internal_error when storage fails."""
+    key = task_archive_key(ctx.store.prefix, content_hash)
+    try:
+        return await in_daemon_thread(lambda: ctx.store.get_bytes(key))
+    except ObjectNotFound:
+        ctx.record.fail(
+            ErrorType.TASK_NOT_FOUND,
+            f"{missing}: there is no {archive} at {ctx.store.uri(key)} (was the dataset "
+            "published to this bucket?)",
+        )
+    except StorageError as err:
+        ctx.record.fail(ErrorType.INTERNAL_ERROR, f"The {archive} could not be fetched: {err}")
+    return None
 
 
 def _unpack(data: bytes, destination: Path, ctx: TrialContext) -> Task:
@@ -141,13 +157,14 @@ def _unpack(data: bytes, destination: Path, ctx: TrialContext) -> Task:
             f"its content hash is {found}, not {ctx.spec.task_content_hash} as its name says",
             ErrorType.TASK_INVALID,
         )
-    task = load_task(destination, name=ctx.spec.task_name)
+    # With the dataset.toml defaults its archive carries: the config its manifest holds.
+    task = load_archived_task(destination, name=ctx.spec.task_name)
     if ctx.is_oracle:
         require_oracle_solution(task)
     return task
 
 
-def _prepare_script(agent_user: str | None) -> str:
+def prepare_script(agent_user: str | None) -> str:
     """Create the seed's /logs directories; with an agent user, lock the verifier's away."""
     script = f"mkdir -p {AGENT_LOGS} {VERIFIER_LOGS}"
     if agent_user is None:

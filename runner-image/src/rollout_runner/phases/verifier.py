@@ -1,4 +1,6 @@
-"""The verifier: copy tests/ to /tests, run `bash /tests/test.sh`, read the reward.
+"""The verifier: copy tests/ to /tests, run `bash /tests/test.sh`, read the reward; or, for a task
+verified by Python (tests/evaluate.py, or task.toml's `[verifier] python`), score the agent's
+answer with it beside the environment (`_verify_python`).
 
 It runs only when setup and the agent succeeded (the seed: an agent install or execution error
 skips the verifier) and the job did not disable it. By then every process of the agent is gone.
@@ -20,11 +22,15 @@ import asyncio
 import logging
 import shlex
 from pathlib import Path
+from typing import Any
 
 from rollout.api.errors import ErrorType
+from rollout.api.verifiers import VerifierKind
+from rollout_runner.answer import one_turn_trajectory, read_answer
 from rollout_runner.context import TESTS, VERIFIER_LOGS, TrialContext
 from rollout_runner.environment import EnvironmentFailure
 from rollout_runner.phases.common import readable_logs, tail
+from rollout_runner.pyverifier import run_python_verifier
 from rollout_runner.record import Phase
 from rollout_runner.redact import Redactor
 from rollout_runner.reward import (
@@ -58,6 +64,9 @@ async def run(ctx: TrialContext) -> None:
 
 async def _verify(ctx: TrialContext) -> None:
     assert ctx.task is not None
+    if ctx.task.verifier.kind is VerifierKind.PYTHON:
+        await _verify_python(ctx)
+        return
     user = ctx.verifier_user
     locked = ctx.agent_user is not None
     await ctx.housekeeping(_prepare_script(user, locked=locked), f"clearing {TESTS}")
@@ -102,6 +111,63 @@ async def _verify(ctx: TrialContext) -> None:
     log.info("reward: %g", reward.reward)
     ctx.record.reward = reward.reward
     ctx.record.rewards = reward.rewards
+
+
+async def _verify_python(ctx: TrialContext) -> None:
+    """A Python verifier: `evaluate(metadata, trajectory)` of the task's file, run beside the
+    environment (`rollout_runner.pyverifier`), on the agent's answer (`rollout_runner.answer`).
+    Its output becomes /logs/verifier/stdout.txt, as test.sh's would."""
+    task = ctx.task
+    assert task is not None
+    assert task.verifier.script is not None  # a Python verifier names its file
+    user = ctx.verifier_user
+    await ctx.housekeeping(
+        _prepare_script(user, locked=ctx.agent_user is not None), f"clearing {VERIFIER_LOGS}"
+    )
+    answer = await read_answer(ctx)
+    timing = ctx.record.timings.get(Phase.AGENT_EXECUTION)
+    started = timing.started_at if timing is not None else ctx.clock.now()
+    ended = timing.ended_at if timing is not None and timing.ended_at else ctx.clock.now()
+    trajectory = one_turn_trajectory(
+        ctx.spec.task_name, task.instruction, task.instruction, answer, started, ended, success=True
+    )
+    timeout = ctx.spec.timeouts.verifier_sec
+    log.info("running the Python verifier %s (timeout %gs)", task.verifier.script, timeout)
+    verdict = await run_python_verifier(
+        task.path / task.verifier.script,
+        _task_metadata(ctx),
+        trajectory,
+        timeout_sec=timeout,
+        redact=ctx.redactor.text,
+    )
+    output = ctx.options.work_dir / "verifier-stdout.txt"
+    await asyncio.to_thread(output.write_bytes, ctx.redactor.data(verdict.log.encode()))
+    await ctx.environment.put_files(output, f"{VERIFIER_LOGS}/stdout.txt", owner=user)
+    if verdict.reward is None:
+        ctx.record.fail(
+            verdict.error_type or ErrorType.VERIFIER_FAILED,
+            verdict.message or "The Python verifier gave no reward",
+            tail(verdict.log.encode(), ctx.redactor),
+        )
+        return
+    log.info("reward: %g", verdict.reward.reward)
+    ctx.record.reward = verdict.reward.reward
+    ctx.record.rewards = verdict.reward.rewards
+
+
+def _task_metadata(ctx: TrialContext) -> dict[str, Any]:
+    """Seed 004's metadata of a sandbox task: its parsed task.toml, and keys lifted from it."""
+    task = ctx.task
+    assert task is not None
+    return {
+        **task.config.to_dict(),
+        "task_name": ctx.spec.task_name,
+        "instruction": task.instruction,
+        "workdir": ctx.workdir,
+        "agent_user": ctx.agent_user,
+        "verifier_user": ctx.verifier_user,
+        "verifier_timeout": ctx.spec.timeouts.verifier_sec,
+    }
 
 
 # Exit 2: no file; 3: not a regular file; else its first bytes on stdout (bounded: a verifier

@@ -34,6 +34,7 @@ from rollout.api.problems import FieldErrors
 from rollout.api.rules import (
     duplicate_problems,
 )
+from rollout.api.secretref import SecretKeySelector as SecretKeySelector
 from rollout.api.storage import StorageSpec as StorageSpec  # spec.storage: rollout.api.storage
 
 
@@ -60,16 +61,6 @@ class ObjectMeta(BaseModel):
 
 
 # --- env vars -------------------------------------------------------------------------------------
-
-
-class SecretKeySelector(ApiModel):
-    """A key of a Secret in the resource's namespace."""
-
-    name: str = Field(min_length=1, description="Name of the Secret.")
-    key: str = Field(min_length=1, description="Key in the Secret's data.")
-    optional: bool | None = Field(
-        None, description="If true, a missing Secret or key leaves the variable unset."
-    )
 
 
 class EnvVarSource(ApiModel):

@@ -46,6 +46,7 @@ from rollout.api.resources.common import (
     PodOverrides,
     PrinterColumn,
     ResourceInfo,
+    SecretKeySelector,
     StorageSpec,
 )
 from rollout.api.resources.conditions import CONDITIONS_LIST_MAP, Condition
@@ -121,6 +122,11 @@ class RolloutJobSpec(JobSettings, _JobName):
     suspend: bool = Field(False, description="While true, no new trial starts.")
     ttl_seconds_after_finished: int | None = Field(
         None, ge=0, description="Delete the RolloutJob this many seconds after it finishes."
+    )
+    evaluator_api_key: SecretKeySelector | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="llm_judgement: the Secret key holding the evaluator's API key.",
     )
 
     @field_validator("agents")

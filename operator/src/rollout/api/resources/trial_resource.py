@@ -40,6 +40,7 @@ from rollout.api.resources.common import (
 )
 from rollout.api.resources.conditions import CONDITIONS_LIST_MAP, Condition
 from rollout.api.results import TrialDurations, TrialError, TrialTimestamps
+from rollout.api.rowrun import RowOutcome, ShardRows
 from rollout.api.rules import (
     DEFAULT_INSTRUCTION_PATH,
     DatasetName,
@@ -138,6 +139,18 @@ class RolloutTrialSpec(ApiModel):
     )
     preserve_env: bool = Field(False, description="Keep the environment after the trial.")
     log_level: LogLevel = Field(LogLevel.ERROR, description="Log level of the runner.")
+    rows: ShardRows | None = Field(
+        None,
+        description="A shard of a data dataset: the rows this trial runs, each with its own "
+        "trial directory (taskName is then shard-<n>, and taskContentHash names the rows "
+        "archive); absent for a task's trial.",
+    )
+
+    @property
+    def needs_environment(self) -> bool:
+        """Whether the trial has an environment container. The oracle's data rows have none:
+        it answers them from their ground truth, and the Pod holds the runner alone."""
+        return not (self.rows is not None and self.agent.is_oracle)
 
 
 class RolloutTrialStatus(ApiModel):
@@ -163,6 +176,10 @@ class RolloutTrialStatus(ApiModel):
         None, description="URI of the trial's result.json in storage (s3://bucket/key)."
     )
     pod_name: str | None = Field(None, description="The Pod running (or that ran) the trial.")
+    rows: list[RowOutcome] | None = Field(
+        None,
+        description="A shard of data rows: each row's outcome, once the shard has finished.",
+    )
     infra_retries: int = Field(
         0, ge=0, description="Times the trial was restarted after its Pod was lost."
     )

@@ -15,6 +15,8 @@ Fields (the names of the trial's result.json, snake_case; every one may be null)
     timestamps    result.json's timestamps
     result_uri    s3://bucket/key of the trial's result.json
     upload_error  why the trial's files are not (all) in storage; null when they are
+    rows          a shard of data rows only: {total, recorded, kept, scored, failed}, the rows'
+                  counts (each row's own outcome is its result.json)
 
 Example: {"reward":1.0,"error":null,"durations":{...},"timestamps":{...},
 "result_uri":"s3://b/jobs/j/oracle/d/t__1/result.json","upload_error":null}
@@ -45,6 +47,10 @@ class TerminationMessage(FileModel):
     timestamps: TrialTimestamps | None = None
     result_uri: str | None = Field(None, description="s3:// URI of the trial's result.json.")
     upload_error: str | None = Field(None, description="Why uploads failed, if they did.")
+    rows: dict[str, int] | None = Field(
+        None,
+        description="A shard's rows: total, recorded, kept (by an earlier try), scored, failed.",
+    )
 
 
 def from_result(

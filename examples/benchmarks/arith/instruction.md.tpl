@@ -1,0 +1,3 @@
+Answer with a single number.
+
+{{question}}
