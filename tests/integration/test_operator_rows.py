@@ -778,3 +778,26 @@ async def test_the_oracles_rows_run_in_a_pod_of_the_runner_alone(
         prefix = trial_prefix("", "oracle-rows", "oracle", DATASET, row_id(number), 1)
         result = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
         assert (result.reward, result.error) == (1.0, None)
+
+
+async def test_deleting_a_job_records_the_rows_of_a_shard_that_never_started(
+    kube: Kube, s3_settings: S3Settings, store: ObjectStore, tmp_path: Path
+) -> None:
+    kube.needs_garbage_collector()  # owner references cascade
+    first, second = shard_name("doomed", 1), shard_name("doomed", 2)
+    async with kube.operator(memo=await operator_memo_with_secret(kube, s3_settings)):
+        await start_job(kube, store, tmp_path, "doomed", 4, n_concurrent=1, shardSize=2)
+        await kube.wait_for(lambda: kube.find(PODS, first), what="shard 1's Pod")
+        await kube.delete(ROLLOUT_JOBS, "doomed")
+        await kube.wait_for(lambda: kube.gone(ROLLOUT_TRIALS, first), what="shard 1 gone")
+        await kube.settle(quiet=0.3)
+
+    assert await kube.find(ROLLOUT_TRIALS, second) is None  # never made
+    for number in (1, 2):
+        record = TrialResult.from_json(store.get_bytes(row_dir("doomed", number) + "result.json"))
+        assert record.error is not None
+        assert record.error.type == "internal_error"
+        assert "was deleted (the job was cancelled)" in record.error.message
+        assert store.exists(row_dir("doomed", number) + "error.txt")
+    for number in (3, 4):
+        assert store.list_keys(row_dir("doomed", number)) == []

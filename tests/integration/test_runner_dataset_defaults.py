@@ -24,9 +24,6 @@ pytestmark = [pytest.mark.integration, requires_fake_container()]
 DATASET_TOML = f"""\
 name = "{DATASET}"
 
-[verifier]
-metric = "exact_match"
-
 [verifier.env]
 JUDGE = "from the dataset's verifier"
 

@@ -471,7 +471,7 @@ def test_tasks_inherit_the_dataset_toml_defaults(tmp_path: Path) -> None:
     root = tmp_path / "ds"
     write_toml(
         root,
-        '[verifier]\nmetric = "f1_score"\ntimeout_sec = 99\n'
+        "[verifier]\ntimeout_sec = 99\n"
         "[agent]\ntimeout_sec = 30\n"
         '[environment]\nmemory = "4G"\ncpus = 2\nallow_internet = false\n'
         '[environment.env]\nSHARED = "1"\nOVERRIDDEN = "dataset"\n',
@@ -492,7 +492,6 @@ def test_tasks_inherit_the_dataset_toml_defaults(tmp_path: Path) -> None:
     assert (plain.config.environment.memory, plain.config.environment.cpus) == ("4G", "2")
     assert plain.config.environment.allow_internet is False
     assert plain.config.environment.env == {"SHARED": "1", "OVERRIDDEN": "dataset"}
-    assert "metric" not in (plain.config.verifier.model_extra or {})
     # task.toml wins, key by key; its memory_mb and network_mode take neither tied default.
     assert own.config.verifier.timeout_sec == 7
     assert (own.config.agent.timeout_sec, own.config.agent.install_timeout_sec) == (30, 11)
@@ -559,3 +558,15 @@ def test_the_unknown_dataset_toml_keys_are_kept(tmp_path: Path) -> None:
     assert dataset.config.model_extra == {"default_sandbox": "docker"}
     (row,) = rows_of(dataset).rows
     assert (row.question, row.instruction) == ("asked", "asked")
+
+
+@pytest.mark.parametrize("declaration", ['metric = "f1_score"', 'python = "score.py"'])
+def test_a_dataset_of_tasks_refuses_a_shared_verifier_of_rows(
+    tmp_path: Path, declaration: str
+) -> None:
+    root = tmp_path / "ds"
+    write_toml(root, f"[verifier]\n{declaration}\n")
+    (root / "score.py").write_text("def evaluate(m, t): return 1\n")
+    make_task(root, "t")
+    with pytest.raises(InvalidInput, match=r"verifier\.(metric|python): declares the shared"):
+        load_dataset_path(root)

@@ -33,7 +33,7 @@ from rollout.storage import DirectoryStore
 from rollout_runner.archive import extract_task_archive
 
 DEFAULTS_TOML = (
-    '[verifier]\nmetric = "exact_match"\ntimeout_sec = 45\n'
+    "[verifier]\ntimeout_sec = 45\n"
     '[verifier.env]\nJUDGE = "strict"\n'
     '[environment]\nworkdir = "/work"\n'
     '[environment.env]\nGREETING = "from the dataset"\nSHARED = "dataset"\n'
@@ -87,7 +87,7 @@ def test_a_task_without_defaults_keeps_its_archive_and_hash(tmp_path: Path) -> N
 
 def test_defaults_that_change_nothing_are_not_carried(tmp_path: Path) -> None:
     own = '[verifier]\ntimeout_sec = 45\n[verifier.env]\nJUDGE = "strict"\n'
-    dataset_toml = '[verifier]\nmetric = "exact_match"\ntimeout_sec = 45\n'
+    dataset_toml = "[verifier]\ntimeout_sec = 45\n"
     root = make_dataset(tmp_path / "ds", dataset_toml, ("t", own))
     task = only_task(load_dataset_path(root))
     assert task.defaults_json is None
@@ -103,8 +103,7 @@ def test_inherited_defaults_travel_in_the_archive(tmp_path: Path) -> None:
     task = only_task(dataset)
     defaults = dataset.config.task_defaults()
     assert task.defaults_json == encode_defaults(defaults)
-    assert json.loads(task.defaults_json) == defaults  # without the verifier's declaration
-    assert "metric" not in task.defaults_json
+    assert json.loads(task.defaults_json) == defaults
 
     entry = build_manifest(dataset).tasks[0]
     assert entry.content_hash == task_content_hash(task) != before
@@ -140,7 +139,7 @@ def test_the_defaults_file_does_not_depend_on_key_order(tmp_path: Path) -> None:
     reordered = (
         '[environment.env]\nSHARED = "dataset"\nGREETING = "from the dataset"\n'
         '[environment]\nworkdir = "/work"\n'
-        '[verifier]\ntimeout_sec = 45\nmetric = "exact_match"\n[verifier.env]\nJUDGE = "strict"\n'
+        '[verifier]\ntimeout_sec = 45\n[verifier.env]\nJUDGE = "strict"\n'
     )
     two = make_dataset(tmp_path / "two", reordered, ("t", ""))
     other = make_dataset(tmp_path / "other", "[agent]\ntimeout_sec = 9\n", ("t", ""))

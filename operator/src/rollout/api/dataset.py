@@ -255,6 +255,18 @@ def _task_dataset(
     source: str,
     problems: list[Problem],
 ) -> Dataset:
+    declared = [key for key in VERIFIER_DECLARATIONS if key in config.verifier]
+    if declared:
+        # Never ignored in silence: the tasks would be verified otherwise than the file says.
+        problems.append(
+            Problem(
+                str(root / DATASET_TOML),
+                f"verifier.{declared[0]}",
+                "declares the shared verifier of data rows (data/<split>.jsonl); the tasks of a "
+                f"dataset of task directories are verified each by its own {TEST_SCRIPT} or "
+                f"Python verifier ({PYTHON_VERIFIER}, or [verifier] python in its task.toml)",
+            )
+        )
     if problems:
         raise InvalidInput(problems)
     return Dataset(

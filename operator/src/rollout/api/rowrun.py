@@ -116,7 +116,6 @@ class ShardRows(ApiModel):
     evaluator: EvaluatorSettings | None = Field(
         None, description="The llm_judgement evaluator, when that is the metric."
     )
-    concurrency: int = Field(1, ge=1, description="Rows answered at the same time.")
     save_trajectories: bool = Field(True, description="Keep each row's trajectory in its line.")
     trajectory_only: bool = Field(
         False, description="Keep only a minimal trajectory (no messages or tool calls)."
