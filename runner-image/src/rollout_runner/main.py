@@ -12,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from rollout.api.errors import ErrorType, InvalidInput
@@ -261,19 +262,9 @@ async def _run_trial(
     environment: Environment = (
         ShimEnvironment(control_dir) if spec.needs_environment else NoEnvironment()
     )
-    if spec.rows is not None:
-        return await run_shard(
-            spec,
-            environment,
-            store,
-            agent_env=agent_env,
-            options=options,
-            stop=stop,
-            began_at=pod_created_at,
-            try_number=try_number,
-            evaluator_key=evaluator_key,
-        )
-    return await run_trial(
+    # A shard of data rows, or one task's trial: the same inputs, and a report either way.
+    run = partial(run_shard, evaluator_key=evaluator_key) if spec.rows is not None else run_trial
+    return await run(
         spec,
         environment,
         store,
