@@ -101,7 +101,7 @@ async def record_unrun(
     """Record a row that does not run: its record holds why (the shard's setup failed, or the
     row is not in the archive)."""
     if row is None:
-        row = RowData(item.id, "", "", None, False, {}, {})
+        row = RowData(item.id, "", "", None, {}, {})
     return await _record(ctx, run, row, None, None)
 
 

@@ -66,7 +66,7 @@ async def score_row(
         )
         return Verdict(verdict.reward, verdict.error_type, verdict.message, verdict.log)
     assert verifier.metric is not None
-    if not row.has_answer or row.answer is None:
+    if row.answer is None:
         return Verdict(
             None,
             ErrorType.TASK_INVALID,
@@ -129,7 +129,7 @@ async def _judged(
             None,
             ErrorType.VERIFIER_REWARD_INVALID,
             f"The evaluator's reply holds no score from 0.0 to 1.0: {err}",
-            output=f"evaluator reply:\n{getattr(err, 'reply', '')}\n",
+            output=f"evaluator reply:\n{err.reply}\n",
         )
     except JudgeFailed as err:
         return Verdict(None, ErrorType.VERIFIER_FAILED, f"The evaluator failed: {err}")

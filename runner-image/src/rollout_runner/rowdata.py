@@ -28,7 +28,7 @@ class RowData:
     question: str
     instruction: str
     answer: Any
-    has_answer: bool
+    """The ground truth; None when the row has none (the archive leaves it out then)."""
     kwargs: dict[str, Any]
     metadata: dict[str, Any]
 
@@ -67,7 +67,6 @@ def read_rows(path: Path) -> dict[str, RowData]:
                 question=str(item["question"]),
                 instruction=str(item["instruction"]),
                 answer=item.get("answer"),
-                has_answer="answer" in item,
                 kwargs=dict(item.get("kwargs") or {}),
                 metadata=dict(item.get("metadata") or {}),
             )

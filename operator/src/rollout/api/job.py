@@ -51,7 +51,7 @@ from pydantic import (
 )
 
 from rollout.api.base import ApiModel, FileModel
-from rollout.api.envrefs import env_key_problem, env_value_problem
+from rollout.api.envrefs import env_key_problem, env_references, env_value_problem
 from rollout.api.errors import InvalidInput
 from rollout.api.job_settings import AgentBase, JobSettings, check_agent_names
 from rollout.api.loading import read_document
@@ -318,6 +318,24 @@ def resolve_paths(job: JobConfig, base_dir: str | Path) -> JobConfig:
             dataset.model_copy(update={"path": absolute(dataset.path), "registry": registry})
         )
     return job.model_copy(update={"datasets": datasets})
+
+
+def resolve_evaluator_key(
+    job: JobConfig, environ: Mapping[str, str], *, file: str | Path = "job.yaml"
+) -> str | None:
+    """The llm_judgement evaluator's API key: job.yaml's evaluator_api_key `${VAR}` taken from
+    `environ`; None without one. InvalidInput naming the field when the variable is not set."""
+    reference = job.evaluator_api_key
+    if reference is None:
+        return None
+    (name,) = env_references(reference)
+    if name not in environ:
+        raise InvalidInput.one(
+            file,
+            "evaluator_api_key",
+            f"refers to ${{{name}}}, which is not set in this environment",
+        )
+    return environ[name]
 
 
 def job_to_config_json(job: JobConfig) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from rollout.api.envrefs import env_references, resolve_agent_env
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import JobAgent, JobConfig, JobDataset
+from rollout.api.job import JobAgent, JobConfig, JobDataset, resolve_evaluator_key
 from rollout.api.names import AGENT_ENV_ANNOTATION, EVALUATOR_KEY_ANNOTATION
 from rollout.api.problems import validation_problems
 from rollout.api.resources import (
@@ -154,12 +154,9 @@ def job_to_rollout_job(
     if job.evaluator_api_key is not None:
         evaluator_key = SecretKeySelector(name=secret, key=EVALUATOR_SECRET_KEY)
         if environ is not None:
-            (variable,) = env_references(job.evaluator_api_key)
-            if variable not in environ:
-                raise InvalidInput.one(
-                    file, "evaluator_api_key", f"refers to ${{{variable}}}, which is not set"
-                )
-            secret_data[EVALUATOR_SECRET_KEY] = environ[variable]
+            value = resolve_evaluator_key(job, environ, file=file)
+            assert value is not None  # the job has a reference
+            secret_data[EVALUATOR_SECRET_KEY] = value
 
     refs = [
         ref if ref.source is not None else ref.model_copy(update={"source": source})

@@ -20,7 +20,7 @@ from rollout.api.rules import ORACLE_AGENT
 from rollout.api.task import TaskConfig
 from rollout.api.taskdir import no_solution_message
 from rollout.api.timeouts import effective_timeouts
-from rollout.api.verifiers import Metric, VerifierChoice, VerifierSource
+from rollout.api.verifiers import Metric, VerifierChoice
 
 UNBUILT_IMAGE = "unbuilt"
 """spec.image of a trial whose image must be built and is not named yet (the field is
@@ -117,10 +117,7 @@ def trial_spec(
 
 def row_verifier(job: RolloutJob, planned: PlannedShard) -> VerifierChoice:
     """How a shard's rows are scored: job.yaml's evaluation_metric, else the dataset's own."""
-    metric = job.spec.evaluation_metric
-    if metric is not None:
-        return VerifierChoice.of_metric(metric, VerifierSource.JOB)
-    return planned.rows.verifier
+    return planned.rows.verifier.under(job.spec.evaluation_metric)
 
 
 def evaluator_problem(job: RolloutJob, verifier: VerifierChoice) -> str | None:

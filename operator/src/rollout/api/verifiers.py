@@ -79,6 +79,13 @@ class VerifierChoice:
     def of_python(cls, script: str, source: VerifierSource) -> VerifierChoice:
         return cls(VerifierKind.PYTHON, source, script=script)
 
+    def under(self, job_metric: Metric | None) -> VerifierChoice:
+        """This verifier, unless the job names a metric: job.yaml's evaluation_metric comes
+        first in the order (1 above)."""
+        if job_metric is None:
+            return self
+        return VerifierChoice.of_metric(job_metric, VerifierSource.JOB)
+
     def describe(self) -> str:
         """`metric exact_match (dataset.toml)`, `python tests/evaluate.py (files)`."""
         what = self.metric.value if self.metric is not None else self.script

@@ -29,7 +29,7 @@ from pathlib import Path
 from rollout.api.environment import EnvironmentType
 from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import ErrorType, InvalidInput
-from rollout.api.job import config_json_text
+from rollout.api.job import config_json_text, resolve_evaluator_key
 from rollout.api.layout import local_job_dir
 from rollout.api.plan import JobPlan, pick_tasks, plan_job, resolved_dataset
 from rollout.api.resources import JobPhase
@@ -39,7 +39,6 @@ from rollout.cli.prepare import (
     PreparedJob,
     build_resources,
     cache_dir,
-    evaluator_key,
     job_overrides,
     prepare_job,
     strict_refusal,
@@ -104,7 +103,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             resume=args.resume,
             retry_errors=args.retry_errors or (),
             on_progress=show,
-            evaluator_key=evaluator_key(job, environ, file=prepared.file),
+            evaluator_key=resolve_evaluator_key(job, environ, file=prepared.file),
         )
         outcome = asyncio.run(_run_until_stopped(local_job, display))
         if last:

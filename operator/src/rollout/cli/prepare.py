@@ -39,17 +39,17 @@ from rollout.api.dataset import (
     load_dataset_path,
 )
 from rollout.api.environment import EnvironmentType
-from rollout.api.envrefs import env_references, resolve_agent_env, resolve_task_env
+from rollout.api.envrefs import resolve_agent_env, resolve_task_env
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.images import ImageSource, image_source, needs_build
-from rollout.api.job import JobConfig, JobDataset, read_job_file
+from rollout.api.job import JobConfig, JobDataset, read_job_file, resolve_evaluator_key
 from rollout.api.manifest import DatasetManifest, manifest_digest
 from rollout.api.resources import DatasetRef, RolloutJob, StorageSpec
 from rollout.api.rules import ORACLE_AGENT
 from rollout.api.task_support import unhonoured_keys
 from rollout.api.taskdir import TASK_TOML, BrokenTask, Task, no_solution_message
 from rollout.api.translate import job_to_rollout_job
-from rollout.api.verifiers import Metric, VerifierChoice, VerifierSource
+from rollout.api.verifiers import Metric
 from rollout.datasets.bundle import build_manifest
 from rollout.datasets.registry import fetch_registry_dataset, load_registry
 
@@ -215,7 +215,7 @@ def check_job(
     problems += data_problems(path, job, datasets)
     if env_values is not EnvValues.UNUSED:
         try:
-            evaluator_key(job, environ, file=path)
+            resolve_evaluator_key(job, environ, file=path)
         except InvalidInput as err:
             (problems if env_values is EnvValues.REQUIRED else warnings).extend(err.problems)
     warnings += _build_warnings(loaded, force_build=job.environment.force_build)
@@ -270,9 +270,7 @@ def data_problems(path: Path, job: JobConfig, datasets: Sequence[Dataset | None]
     for index, dataset in enumerate(datasets):
         if dataset is None or dataset.rows is None:
             continue
-        verifier = dataset.rows.verifier
-        if job.evaluation_metric is not None:
-            verifier = VerifierChoice.of_metric(job.evaluation_metric, VerifierSource.JOB)
+        verifier = dataset.rows.verifier.under(job.evaluation_metric)
         if verifier.metric is not Metric.LLM_JUDGEMENT:
             continue
         for field_name in ("evaluator_model_name", "evaluator_base_url"):
@@ -286,24 +284,6 @@ def data_problems(path: Path, job: JobConfig, datasets: Sequence[Dataset | None]
                     )
                 )
     return problems
-
-
-def evaluator_key(
-    job: JobConfig, environ: Mapping[str, str], *, file: str | Path = "job.yaml"
-) -> str | None:
-    """The llm_judgement evaluator's API key: job.yaml's evaluator_api_key `${VAR}` taken from
-    `environ`; None without one. InvalidInput when the variable is not set."""
-    reference = job.evaluator_api_key
-    if reference is None:
-        return None
-    (name,) = env_references(reference)
-    if name not in environ:
-        raise InvalidInput.one(
-            file,
-            "evaluator_api_key",
-            f"refers to ${{{name}}}, which is not set in this environment",
-        )
-    return environ[name]
 
 
 def _find_dataset(entry: JobDataset) -> Dataset | None:

@@ -38,7 +38,7 @@ from rollout.api.problems import problems_from_validation_error
 from rollout.api.resources import API_VERSION, RolloutJob
 from rollout.api.rows import ROW_ALIASES
 from rollout.api.taskdir import load_task
-from rollout.api.verifiers import Metric, VerifierChoice, VerifierSource
+from rollout.api.verifiers import Metric
 from rollout.cli.prepare import (
     EnvValues,
     cache_dir,
@@ -210,9 +210,7 @@ def _rows_line(dataset: Dataset, metric: Metric | None = None) -> str:
     (dataset.toml)`; a job's evaluation_metric replaces the dataset's verifier."""
     rows = dataset.rows
     assert rows is not None
-    verifier = rows.verifier
-    if metric is not None:
-        verifier = VerifierChoice.of_metric(metric, VerifierSource.JOB)
+    verifier = rows.verifier.under(metric)
     count = len(rows.rows)
     plural = "row" if count == 1 else "rows"
     return (

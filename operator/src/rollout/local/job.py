@@ -256,7 +256,6 @@ class LocalJob:
             self.sandboxes,
             environ=self.environ,
             evaluator_key=self.evaluator_key,
-            tries={t.name: tries.get(t.name, 0) + 1 for t in rows},
         )
         await self._run(run, shard.name, concurrency)
         self._records.update(run.results)

@@ -34,12 +34,12 @@ class ShardRun(TrialRun):
         *,
         environ: Mapping[str, str],
         evaluator_key: str | None = None,
-        tries: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(trial, store, sandboxes, environ=environ)
         self.rows = list(rows)
-        self.tries = dict(tries or {})
-        """Each row's try number by its trial name (default: the shard's)."""
+        items = trial.spec.rows.items if trial.spec.rows is not None else []
+        self.tries = {(i.id, i.attempt): i.try_number for i in items}
+        """Each row's try number, as its spec item says (None: the shard's)."""
         self.results: dict[str, TrialResult] = {}
         self._evaluator_key = evaluator_key
 
@@ -83,7 +83,7 @@ class ShardRun(TrialRun):
                     started=started,
                     in_setup=in_setup,
                     notes=notes,
-                    tries=self.tries.get(row.name),
+                    tries=self.tries.get((row.key.task, row.key.attempt)),
                 )
 
     def _collect(self) -> None:
