@@ -61,9 +61,11 @@ def make_spec(
     agent_sec: float = 20.0,
     verifier_sec: float = 20.0,
     attempt: int = 1,
+    agent_fields: dict[str, Any] | None = None,
     **fields: Any,
 ) -> RolloutTrialSpec:
-    """A RolloutTrial spec as the operator would write it, from its camelCase JSON form."""
+    """A RolloutTrial spec as the operator would write it, from its camelCase JSON form;
+    `agent_fields` go into its agent (an endpoint agent's `endpoint`, `headers`, ...)."""
     data: dict[str, Any] = {
         "jobName": JOB,
         "agent": {"name": agent, "install": install, "execute": execute, "env": list(env)},
@@ -85,6 +87,7 @@ def make_spec(
     }
     if agent == "oracle":
         data["agent"] = {"name": "oracle", "env": list(env)}
+    data["agent"].update(agent_fields or {})
     return RolloutTrialSpec.model_validate(data)
 
 

@@ -241,6 +241,7 @@ def test_rows_run_in_shards_and_the_seeds_files_say_how_they_scored(tmp_path: Pa
         "attempt": 1,
         "error_type": None,
         "verifier": "exact_match",
+        "trace_id": q04["rollout"]["trace_id"],  # the row's own: checked where the runner runs
     }
     assert lines[0]["predicted_answer"] == "2"  # the oracle's answer is the ground truth
 

@@ -31,6 +31,7 @@ from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialError, TrialResult
 from rollout.api.rowrun import EvaluatorSettings, RowItem, ShardRows, shard_task_name
+from rollout.api.tracecontext import parse_traceparent
 from rollout.datasets.bundle import rows_archive, rows_manifest
 from rollout.storage import ObjectStore
 from rollout_runner.shard import ShardReport, run_shard
@@ -45,6 +46,7 @@ ANSWERER = "answerer"
 # print something else), "Fail ..." rows exit non-zero; "Slow ..." rows take a minute.
 EXECUTE = r"""
 q=$(cat "$ROLLOUT_TASK_INSTRUCTION")
+printf '%s\n' "$TRACEPARENT" > /logs/agent/traceparent.txt
 word=${q##* }
 echo "$word" >> /app/answered
 case "$q" in
@@ -243,13 +245,19 @@ async def test_each_row_is_answered_scored_and_recorded_in_its_own_directory(
     assert line["error"] is None
     assert line["trajectory"]["final_answer"] == "Paris"
     assert line["trajectory"]["messages"][0] == {"role": "user", "content": "Reply with Paris"}
+    assert result.rollout is not None
     assert line["rollout"] == {
         "agent_name": ANSWERER,
         "dataset_name": DATASET,
         "attempt": 1,
         "error_type": None,
         "verifier": "exact_match",
+        "trace_id": result.rollout.trace_id,
     }
+    # The script agent got the row's own trace context as TRACEPARENT (W3C).
+    traceparent = right["logs/agent/traceparent.txt"].decode().strip()
+    assert traceparent == f"00-{result.rollout.trace_id}-" + traceparent[36:52] + "-01"
+    assert parse_traceparent(traceparent) is not None
     # The install ran once, for the shard; its output is the first row's.
     assert right["setup/stdout.txt"] == b"installed once\n"
     assert result.durations.agent_setup_sec is not None

@@ -22,6 +22,9 @@ COMMANDS = [
     "render",
     "publish",
     "validate",
+    "check",
+    "login",
+    "benchmarks",
 ]
 
 

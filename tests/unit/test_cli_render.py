@@ -243,3 +243,55 @@ def test_render_lists_the_tasks_that_cannot_run_as_rollout_run_does(
         "'hello-offline' is invalid: the oracle agent needs solution/solve.sh (or, as in seed "
         "004, solve.sh at the task root), and the task has neither"
     ]
+
+
+def test_endpoint_headers_and_a_model_key_get_the_same_secret_treatment(
+    tmp_path: Path, environ: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy_task(tmp_path / "tasks")
+    job_file = tmp_path / "service-job.yaml"
+    job_file.write_text(
+        """\
+name: services
+agents:
+  - name: svc
+    endpoint: https://agent.example.com/rollout/eval
+    headers:
+      Authorization: "Bearer ${TOKEN}"
+      X-Team: evals
+  - name: gpt
+    model: {name: gpt-4.1-mini, api_key: "${MY_API_KEY}"}
+datasets:
+  - path: ./tasks
+"""
+    )
+    documents, out, err = render(capsys, environ, str(job_file))
+    (job,) = documents
+    validate_object(crd_schema(), job, forbid_unknown=True)
+    assert SECRET_VALUE not in out + err
+    assert "tok-123" not in out + err
+    secret = "services-agent-env"
+    svc, gpt = job["spec"]["agents"]
+    assert svc["headers"] == [
+        {
+            "name": "Authorization",
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": "svc.header.Authorization"}},
+        },
+        {"name": "X-Team", "value": "evals"},
+    ]
+    assert gpt["model"]["apiKey"] == {"name": secret, "key": "gpt.model.api-key"}
+    assert out.startswith(f"# This RolloutJob reads agent env values from the Secret {secret}")
+    # The printed command, run by a real shell, makes exactly those keys.
+    command = err.splitlines()[-1].strip()
+    script = f'kubectl() {{ printf "%s\\n" "$@"; }}\n{command}\n'
+    result = subprocess.run(
+        ["sh", "-c", script],
+        env={"MY_API_KEY": SECRET_VALUE, "TOKEN": "tok-123"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.splitlines()[4:] == [
+        f"--from-literal=gpt.model.api-key={SECRET_VALUE}",
+        "--from-literal=svc.header.Authorization=Bearer tok-123",
+    ]

@@ -300,3 +300,42 @@ def test_long_job_names_make_valid_distinct_policy_names() -> None:
     assert len(names) == 2
     assert all(len(name) <= 253 for name in names)
     assert policy_name("nightly", "egress") == "nightly-egress"
+
+
+def test_a_no_internet_trial_reaches_the_services_its_job_names_and_only_those() -> None:
+    # An endpoint agent, a model agent and the llm_judgement evaluator are called from the
+    # trial's Pod (by the runner): a no-internet trial must still reach them.
+    the_job = RolloutJob.model_validate(
+        {
+            "metadata": {"name": "nightly", "namespace": NAMESPACE},
+            "spec": {
+                "agents": [
+                    {"name": "svc", "endpoint": "http://10.0.0.9:8080/rollout/eval"},
+                    {"name": "llm", "model": {"name": "m", "baseUrl": "https://10.0.0.10/v1"}},
+                ],
+                "datasets": [{"name": "d", "digest": "a" * 64}],
+                "evaluatorBaseUrl": "http://10.0.0.11:4000/v1",
+            },
+        }
+    )
+    tasks = tuple(
+        ResolvedTask(name, f"{i:064x}", parse_task_config({"environment": {**IMAGE, **env}}))
+        for i, (name, env) in enumerate(TASKS.items())
+    )
+    the_plan = plan_job("nightly", ["svc", "llm"], [ResolvedDataset("d", "a" * 64, tasks)], 1)
+    policies = policy_plan(the_job, MINIO, the_plan)
+    assert policies is not None
+    out = render_policies(
+        policies,
+        job_name="nightly",
+        job_uid=JOB_UID,
+        namespace=NAMESPACE,
+        addresses={"pypi.org": PYPI},
+    )
+    offline = pods(the_job, the_plan, MINIO)["offline"]
+    for service in (To("10.0.0.9", 8080), To("10.0.0.10", 443), To("10.0.0.11", 4000)):
+        assert allows(out.policies, offline, service)
+    assert allows(out.policies, offline, To("10.0.0.7", 9000))  # storage, as before
+    assert not allows(out.policies, offline, To("10.0.0.9", 22))
+    assert not allows(out.policies, offline, To("1.1.1.1", 443))
+    assert out.warnings == []

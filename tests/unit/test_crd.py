@@ -260,8 +260,12 @@ def test_check_command_fails_on_stale_crds_and_write_fixes_them(tmp_path: Path) 
 # The free-form request parameters of the llm_judgement evaluator (seed 002's
 # evaluator_extra_params): the only objects whose keys the models do not know.
 OPEN_PATHS = {
-    JOB_CRD: frozenset({"<root>.spec.evaluatorExtraParams"}),
-    TRIAL_CRD: frozenset({"<root>.spec.rows.evaluator.extraParams"}),
+    JOB_CRD: frozenset(
+        {"<root>.spec.evaluatorExtraParams", "<root>.spec.agents[].model.extraParams"}
+    ),
+    TRIAL_CRD: frozenset(
+        {"<root>.spec.rows.evaluator.extraParams", "<root>.spec.agent.model.extraParams"}
+    ),
 }
 
 

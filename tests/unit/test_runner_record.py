@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta, timezone
 
 from rollout.api.errors import ErrorType
@@ -49,7 +50,18 @@ def test_phases_are_timed_and_unrun_ones_stay_null() -> None:
     assert trial.timestamps.ended_at is not None
     assert trial.timestamps.started_at < trial.timestamps.verifier_started_at  # type: ignore[operator]
     assert trial.attempt == 2
-    assert trial.model_dump(mode="json")["rollout"] == {"failure_class": None}  # no error
+    assert trial.model_dump(mode="json")["rollout"] == {  # no error; the attempt's own trace
+        "failure_class": None,
+        "trace_id": record.trace.trace_id,
+    }
+
+
+def test_every_record_has_a_fresh_w3c_trace() -> None:
+    first, second = TrialRecord(StepClock()), TrialRecord(StepClock())
+    assert first.trace.trace_id != second.trace.trace_id
+    for record in (first, second):
+        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", record.trace.traceparent)
+        assert record.trace.trace_id.strip("0")
 
 
 def test_an_error_records_the_phase_it_happened_in_and_drops_the_reward() -> None:
@@ -63,7 +75,10 @@ def test_an_error_records_the_phase_it_happened_in_and_drops_the_reward() -> Non
     assert trial.reward is None
     assert trial.error is not None
     assert trial.error.type is ErrorType.VERIFIER_FAILED
-    assert trial.model_dump(mode="json")["rollout"] == {"failure_class": "agent"}
+    assert trial.model_dump(mode="json")["rollout"] == {
+        "failure_class": "agent",
+        "trace_id": record.trace.trace_id,
+    }
 
 
 def test_a_teardown_error_keeps_the_reward() -> None:

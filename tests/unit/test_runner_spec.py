@@ -100,7 +100,7 @@ def test_a_missing_secret_value_is_an_error_naming_the_secret() -> None:
     with pytest.raises(InvalidInput) as caught:
         resolve_agent_env(agent, {"ROLLOUT_AGENT_ENV_A": "value"})
     assert str(caught.value) == (
-        "environment: ROLLOUT_AGENT_ENV_B: is not set, but agent.env[1] (B) takes its value from "
+        "environment: ROLLOUT_AGENT_ENV_B: is not set, but the agent's env B takes its value from "
         "key 'b' of Secret 'keys' through it"
     )
 

@@ -33,7 +33,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from rollout.api.additions import TrialAdditions
+from rollout.api.additions import TokenUsage, TrialAdditions
+from rollout.api.endpoint import EndpointEvaluation
 from rollout.api.errors import ErrorType
 from rollout.api.failures import failure_class
 from rollout.api.results import (
@@ -43,6 +44,7 @@ from rollout.api.results import (
     TrialTimestamps,
     format_timestamp,
 )
+from rollout.api.tracecontext import TraceContext
 from rollout_runner.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,12 @@ class TrialRecord:
     reward: float | None = None
     rewards: dict[str, Any] | None = None
     """The reward's object, kept whole (a reward.json with several keys): `rollout.rewards`."""
+    trace: TraceContext = field(default_factory=TraceContext)
+    """The attempt's W3C trace, fresh for each record: `rollout.trace_id`; its agent gets it."""
+    evaluation: EndpointEvaluation | None = None
+    """An endpoint agent's own evaluation of the attempt: `rollout.evaluation`."""
+    usage: TokenUsage | None = None
+    """A model agent's tokens: `rollout.usage`."""
     errors: list[RecordedError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Problems that are not trial errors (say, a log file that could not be read)."""
@@ -211,6 +219,9 @@ class TrialRecord:
                 failure_class=failure_class(error.type, agent_name=agent) if error else None,
                 tries=self.try_number,
                 rewards=None if self.failed else self.rewards,
+                trace_id=self.trace.trace_id,
+                evaluation=self.evaluation,
+                usage=self.usage,
             ),
         )
 

@@ -2,15 +2,18 @@
 directory gets the seed's files.
 
     environment setup: the instruction placed, /logs/agent and /logs/verifier emptied
-    agent execution:   execute.sh with the instruction (a script agent), or the ground truth
-                       (the oracle, which runs nothing)
+    agent execution:   execute.sh with the instruction (a script agent), the endpoint's or
+                       the model's answer (`rollout_runner.phases.service`; nothing runs in an
+                       environment, which there is not), or the ground truth (the oracle)
     verifier:          `rollout_runner.row_verifier`
 
-The answer is what the agent wrote to /logs/agent/answer.txt, else what its execute script
-printed on stdout, with surrounding whitespace removed. The row's directory holds what a task
-trial's does (result.json, error.txt, command/, logs/ with logs/verifier/reward.txt and
-stdout.txt) and its line of results.jsonl (`rollout.api.rowresults.ROW_LINE`); result.json is
-written last, so a row with a result.json in storage is complete.
+A script agent's answer is what it wrote to /logs/agent/answer.txt, else what its execute script
+printed on stdout, with surrounding whitespace removed. A row with no ground truth, answered by
+an endpoint that scored it, takes the endpoint's score as its reward (`rollout.api.endpoint`).
+The row's directory holds what a task trial's does (result.json, error.txt, command/, logs/
+with logs/verifier/reward.txt and stdout.txt) and its line of results.jsonl
+(`rollout.api.rowresults.ROW_LINE`); result.json is written last, so a row with a result.json in
+storage is complete.
 
 The agent's install ran once for the shard (`rollout_runner.shard`): its output and timing are
 the first row's (setup/, agent_setup_*), and an install that failed is every row's error.
@@ -29,10 +32,12 @@ from rollout.api.layout import LOGS_DIR, RESULT_JSON
 from rollout.api.results import TrialResult
 from rollout.api.rowresults import ROW_LINE, ResultLine, RowAdditions
 from rollout.api.rowrun import RowItem, ShardRows
+from rollout.api.rows import agent_metadata
+from rollout.api.verifiers import VerifierKind
 from rollout_runner.answer import one_turn_trajectory, read_answer
 from rollout_runner.context import AGENT_LOGS, VERIFIER_LOGS, TrialContext
 from rollout_runner.environment import EnvironmentFailure
-from rollout_runner.phases import agent, collect
+from rollout_runner.phases import agent, collect, service
 from rollout_runner.phases.collect import Upload
 from rollout_runner.phases.setup import prepare_script
 from rollout_runner.record import Phase
@@ -108,7 +113,7 @@ async def record_unrun(
 async def _prepare(ctx: TrialContext, row: RowData) -> None:
     """Empty the agent's and the verifier's logs of the row before, then place the instruction
     (the oracle runs nothing in the environment: nothing to empty)."""
-    if not ctx.is_oracle:
+    if ctx.spec.needs_environment:
         script = f"rm -rf {AGENT_LOGS} {VERIFIER_LOGS}; {prepare_script(ctx.agent_user)}"
         await ctx.housekeeping(script, "emptying /logs for the next row")
     await _place_instruction(ctx, row)
@@ -117,7 +122,7 @@ async def _prepare(ctx: TrialContext, row: RowData) -> None:
 async def _place_instruction(ctx: TrialContext, row: RowData) -> None:
     local = ctx.options.work_dir / "instruction.md"
     await asyncio.to_thread(_write_text, local, row.instruction)
-    if not ctx.is_oracle:  # the oracle answers from the row; nothing of it runs in the container
+    if ctx.spec.needs_environment:  # else the runner answers (the oracle, an HTTP agent)
         await ctx.environment.put_files(local, ctx.spec.instruction_path, owner=ctx.agent_user)
 
 
@@ -131,6 +136,11 @@ async def _answer(ctx: TrialContext, row: RowData) -> tuple[str | None, dict[str
     if ctx.is_oracle:
         with ctx.record.phase(Phase.AGENT_EXECUTION):
             answer = oracle_answer(row)
+    elif ctx.spec.agent.kind.in_runner:
+        answered = await service.answer(ctx, _question(row))
+        for name, data in answered.files.items():
+            ctx.outputs[f"{LOGS_DIR}/agent/{name}"] = data
+        return answered.answer, answered.trajectory
     else:
         try:
             await agent.execute(ctx)
@@ -146,9 +156,34 @@ async def _answer(ctx: TrialContext, row: RowData) -> tuple[str | None, dict[str
     return answer, trajectory
 
 
+def _question(row: RowData) -> service.Question:
+    """What an endpoint or model agent is asked for a row: `input` is the row's question and
+    its kwargs, `metadata` its other fields; never its ground truth."""
+    task_input: dict[str, Any] = {"question": row.question}
+    if row.kwargs:
+        task_input["kwargs"] = row.kwargs
+    metadata = agent_metadata(row.metadata)
+    return service.Question(row.id, row.question, row.instruction, task_input, metadata)
+
+
 async def _verify(
     ctx: TrialContext, run: RowRun, row: RowData, answer: str, trajectory: dict[str, Any]
 ) -> None:
+    evaluation = ctx.record.evaluation
+    if (
+        run.shard.verifier.kind is VerifierKind.METRIC
+        and row.answer is None
+        and evaluation is not None
+        and evaluation.reward is not None
+    ):
+        # A metric has nothing to compare without a ground truth: the endpoint's own score
+        # is the row's reward (rollout.api.endpoint).
+        with ctx.record.phase(Phase.VERIFIER):
+            ctx.record.reward = evaluation.reward
+            note = "no ground truth to compare: the endpoint's own score is the reward\n"
+            ctx.outputs[f"{LOGS_DIR}/verifier/stdout.txt"] = note.encode()
+            ctx.outputs[f"{LOGS_DIR}/verifier/reward.txt"] = f"{evaluation.reward:g}\n".encode()
+        return
     with ctx.record.phase(Phase.VERIFIER):
         verdict = await score_row(
             run.shard.verifier,
@@ -204,6 +239,9 @@ def _line(
             attempt=ctx.spec.attempt,
             error_type=error.type if error is not None else None,
             verifier=shard.verifier.label(),
+            trace_id=ctx.record.trace.trace_id,
+            evaluation=ctx.record.evaluation,
+            usage=ctx.record.usage,
         ),
     )
 
@@ -231,8 +269,8 @@ async def _gather_logs(ctx: TrialContext) -> list[Upload]:
     """The environment's /logs, but /logs/verifier: no verifier runs there for a row, so what
     is there is the agent's (a reward.txt of its own, say), and the row's logs/verifier/ is
     the runner's alone."""
-    if ctx.is_oracle:
-        return []  # nothing ran in the environment for this row
+    if not ctx.spec.needs_environment:
+        return []  # nothing ran in an environment for this row: there is none
     try:
         logs = await collect.gather_logs(ctx)
     except Exception as err:  # a bug here must not cost the row its result.json

@@ -278,7 +278,7 @@ async def _setup(base: TrialContext) -> dict[str, RowData] | None:
                 ErrorType.ENVIRONMENT_START_FAILED, f"The environment could not be prepared: {err}"
             )
             return None
-    if not base.is_oracle:
+    if base.spec.needs_environment:
         try:
             await agent.install(base)
         except EnvironmentFailure as err:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from rollout.api.envrefs import HEADER_SLOT_PREFIX, MODEL_KEY_SLOT
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.resources import AgentSpec, RolloutTrialSpec
 from rollout.api.wire.spec import (
     POD_CREATED_ENV_VAR,
     SPEC_ENV_VAR,
     TRY_ENV_VAR,
-    agent_env_var_name,
+    agent_secret_carriers,
     parse_pod_created_at,
     parse_spec,
     parse_try,
@@ -29,11 +30,16 @@ from rollout.api.wire.spec import (
 
 @dataclass(frozen=True)
 class AgentEnv:
-    """The agent's env values for install and execute, and which of them are secrets."""
+    """The agent's values: env for install and execute, an endpoint's headers, a model's key,
+    and which of them are secrets."""
 
     values: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     """Values that came from Secrets: scrubbed wherever the runner writes (see `redact`)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """An endpoint agent's request headers, in the spec's order."""
+    model_api_key: str | None = field(default=None, repr=False)
+    """A model agent's API key; None: it sends no Authorization header."""
 
 
 def load_spec(path: Path | None, environ: Mapping[str, str]) -> RolloutTrialSpec:
@@ -87,34 +93,59 @@ def load_try(environ: Mapping[str, str]) -> int | None:
 
 
 def resolve_agent_env(agent: AgentSpec, environ: Mapping[str, str]) -> AgentEnv:
-    """The agent's env: literal values from the spec, Secret values from `environ`.
+    """The agent's values: literal ones from the spec, Secret-backed ones from `environ`, where
+    the operator (or local mode) put them (`agent_secret_carriers`).
 
-    A Secret-sourced variable whose runner variable is missing is an error, unless its
+    A Secret-backed value whose runner variable is missing is an error, unless its
     secretKeyRef is optional (Kubernetes then leaves it unset too).
     """
-    values: dict[str, str] = {}
+    given: dict[str, str] = {}
     secrets: list[str] = []
     problems: list[Problem] = []
-    for index, var in enumerate(agent.env):
-        if var.value_from is None:
-            values[var.name] = var.value or ""
-            continue
-        carrier = agent_env_var_name(var.name)
-        value = environ.get(carrier)
+    for carrier in agent_secret_carriers(agent):
+        value = environ.get(carrier.variable)
         if value is None:
-            if not var.value_from.secret_key_ref.optional:
-                ref = var.value_from.secret_key_ref
+            if not carrier.selector.optional:
+                ref = carrier.selector
                 problems.append(
                     Problem(
                         "environment",
-                        carrier,
-                        f"is not set, but agent.env[{index}] ({var.name}) takes its value from "
-                        f"key {ref.key!r} of Secret {ref.name!r} through it",
+                        carrier.variable,
+                        f"is not set, but the agent's {_slot_label(carrier.slot)} takes its value "
+                        f"from key {ref.key!r} of Secret {ref.name!r} through it",
                     )
                 )
             continue
-        values[var.name] = value
+        given[carrier.slot] = value
         secrets.append(value)
+        if carrier.slot.startswith(HEADER_SLOT_PREFIX) and len(value.split()) > 1:
+            # `Bearer <token>`: an endpoint that echoes the token alone must not leak it.
+            secrets.append(value.split()[-1])
     if problems:
         raise InvalidInput(problems)
-    return AgentEnv(values=values, secrets=secrets)
+    values: dict[str, str] = {}
+    for var in agent.env:
+        if var.value_from is None:
+            values[var.name] = var.value or ""
+        elif var.name in given:
+            values[var.name] = given[var.name]
+    headers: dict[str, str] = {}
+    for header in agent.headers:
+        if header.value_from is None:
+            headers[header.name] = header.value or ""
+        elif (slot := f"{HEADER_SLOT_PREFIX}{header.name}") in given:
+            headers[header.name] = given[slot]
+    return AgentEnv(
+        values=values,
+        secrets=secrets,
+        headers=headers,
+        model_api_key=given.get(MODEL_KEY_SLOT),
+    )
+
+
+def _slot_label(slot: str) -> str:
+    if slot == MODEL_KEY_SLOT:
+        return "model api_key"
+    if slot.startswith(HEADER_SLOT_PREFIX):
+        return f"header {slot.removeprefix(HEADER_SLOT_PREFIX)}"
+    return f"env {slot}"

@@ -7,7 +7,11 @@ lives under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
 
     trial result.json   "rollout": {"failure_class": "agent" | "task" | "infrastructure" | null,
                                     "tries": 1,
-                                    "rewards": {"accuracy": 1, "style": 0.5}}
+                                    "rewards": {"accuracy": 1, "style": 0.5},
+                                    "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                                    "evaluation": {"score": 0.92, "passed": true},
+                                    "usage": {"input_tokens": 120, "output_tokens": 24,
+                                              "total_tokens": 144}}
     job result.json     "rollout": {"metrics": [{"type": "mean", "value": 0.85}],
                                     "failures": {"agent": 1, "task": 0, "infrastructure": 1},
                                     "agents": {"<agent>": {"failures": {...}}}}
@@ -18,6 +22,12 @@ lives under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
 - `rewards`: the object the reward came from (a reward.json such as `{"accuracy": 1, "style":
   0.5}`), kept whole; absent when the reward was a plain number or there is none. The reward
   itself follows the one coercion rule (`rollout.api.reward`).
+- `trace_id`: the attempt's W3C trace id (`rollout.api.tracecontext`), which its agent got as
+  seed 003's `attempt.traceId`, a `traceparent` header or `TRACEPARENT`: the key to the
+  agent's own trace.
+- `evaluation`: an endpoint agent's own score and/or pass (`rollout.api.endpoint`), kept beside
+  the reward.
+- `usage`: a model agent's tokens over its turns.
 - `metrics`: the job.yaml metrics over the completed trials' rewards (`[]` when none is
   configured).
 - `failures`: the failed trials (the seed's `failed_trials`) by the class of their error, so that
@@ -36,8 +46,10 @@ from typing import Annotated, Any, Final
 from pydantic import ConfigDict, Field
 
 from rollout.api.base import ApiModel
+from rollout.api.endpoint import EndpointEvaluation
 from rollout.api.failures import FailureClass
 from rollout.api.metrics import MetricValue
+from rollout.api.tracecontext import TRACE_ID_PATTERN
 
 PROJECT_KEY: Final = "rollout"
 """The one key of a result.json under which everything the project adds lives."""
@@ -72,6 +84,28 @@ class TrialAdditions(_Additions):
         description="The object the reward came from (say a reward.json with several keys), "
         "kept whole; absent when the reward was a plain number.",
     )
+    trace_id: str | None = Field(
+        None,
+        exclude_if=_absent,
+        pattern=TRACE_ID_PATTERN,
+        description="The attempt's W3C trace id, as its agent got it; absent when unknown.",
+    )
+    evaluation: EndpointEvaluation | None = Field(
+        None,
+        exclude_if=_absent,
+        description="An endpoint agent's own evaluation of the attempt (score, passed).",
+    )
+    usage: TokenUsage | None = Field(
+        None, exclude_if=_absent, description="A model agent's tokens over the attempt."
+    )
+
+
+class TokenUsage(ApiModel):
+    """A model agent's tokens, summed over its chat completions."""
+
+    input_tokens: Count = Field(0, description="Prompt tokens.")
+    output_tokens: Count = Field(0, description="Completion tokens.")
+    total_tokens: Count = Field(0, description="All tokens, as the API counted them.")
 
 
 class FailureCounts(ApiModel):

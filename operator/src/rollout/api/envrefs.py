@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -31,14 +32,32 @@ _ENV_NAME = re.compile(ENV_NAME_PATTERN)
 _REFERENCE = re.compile(r"\$\{([^}]*)\}")
 
 
+HEADER_SLOT_PREFIX = "header:"
+MODEL_KEY_SLOT = "model:api_key"
+
+
+@dataclass(frozen=True)
+class AgentText:
+    """One value of an agent that may hold `${VAR}`: an env value, an endpoint header's value or
+    a model's api_key. `slot` names it among the agent's values (`KEY` for env, `header:<Name>`,
+    `model:api_key`; env names have no colon, so slots never clash); `field` is where job.yaml
+    has it under the agent (`env.KEY`, `headers.Name`, `model.api_key`)."""
+
+    slot: str
+    field: str
+    text: str
+
+
 class AgentWithEnv(Protocol):
-    """An agent of job.yaml: its name and its env as written."""
+    """An agent of job.yaml: its name and its values that may hold `${VAR}`."""
 
     @property
     def name(self) -> str: ...
 
     @property
     def env(self) -> dict[str, str]: ...
+
+    def texts(self) -> list[AgentText]: ...
 
 
 class JobWithAgents(Protocol):
@@ -97,27 +116,28 @@ def agent_env_references(job: JobWithAgents) -> dict[str, dict[str, list[str]]]:
 def resolve_agent_env(
     job: JobWithAgents, environ: Mapping[str, str], *, file: str | Path = "job.yaml"
 ) -> dict[str, dict[str, str]]:
-    """`{agent: {KEY: value}}` with every `${VAR}` taken from `environ`.
+    """`{agent: {slot: value}}` for every value of each agent that may hold `${VAR}` (its env,
+    endpoint headers and model key; `AgentText`), each `${VAR}` taken from `environ`.
 
-    Every unset variable is reported at once, naming the agent, the key and the variable.
+    Every unset variable is reported at once, naming the agent, the field and the variable.
     """
     resolved: dict[str, dict[str, str]] = {}
     problems: list[Problem] = []
     for index, agent in enumerate(job.agents):
         values: dict[str, str] = {}
-        for key, value in agent.env.items():
-            missing = [name for name in env_references(value) if name not in environ]
+        for item in agent.texts():
+            missing = [name for name in env_references(item.text) if name not in environ]
             for name in missing:
                 problems.append(
                     Problem(
                         str(file),
-                        f"agents[{index}].env.{key}",
+                        f"agents[{index}].{item.field}",
                         f"environment variable {name} is not set (agent {agent.name!r} "
-                        f"takes {key} from ${{{name}}})",
+                        f"takes {item.field.removeprefix('env.')} from ${{{name}}})",
                     )
                 )
             if not missing:
-                values[key] = substitute(value, environ)
+                values[item.slot] = substitute(item.text, environ)
         resolved[agent.name] = values
     if problems:
         raise InvalidInput(problems)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,12 +51,20 @@ from pydantic import (
 )
 
 from rollout.api.base import ApiModel, FileModel
-from rollout.api.envrefs import env_key_problem, env_references, env_value_problem
-from rollout.api.errors import InvalidInput
+from rollout.api.envrefs import (
+    HEADER_SLOT_PREFIX,
+    MODEL_KEY_SLOT,
+    AgentText,
+    env_key_problem,
+    env_references,
+    env_value_problem,
+)
+from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job_settings import AgentBase, JobSettings, check_agent_names
 from rollout.api.loading import read_document
 from rollout.api.problems import FieldErrors, validation_problems
 from rollout.api.rules import JobName, text
+from rollout.api.service_agents import ModelBase, header_name_problem
 
 JOB_NAME_FORMAT = "%Y-%m-%d__%H-%M-%S"
 JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -64,7 +72,12 @@ JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 _UNQUOTED_HINT = 'quote it in YAML, e.g. KEY: "4096"'
 
 EVALUATOR_KEY_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
-"""evaluator_api_key's only form: one `${VAR}` reference."""
+"""The only form of an API key in job.yaml (evaluator_api_key, a model's api_key): one `${VAR}`
+reference."""
+_KEY_REFERENCE_ONLY = (
+    "must be a ${VAR} reference (e.g. ${OPENAI_API_KEY}), so that the key is never written in "
+    "the job file, its config.json or a resource"
+)
 
 
 def default_job_name(now: datetime | None = None) -> str:
@@ -72,36 +85,106 @@ def default_job_name(now: datetime | None = None) -> str:
     return (now or datetime.now(UTC)).astimezone(UTC).strftime(JOB_NAME_FORMAT)
 
 
+class JobModel(ModelBase):
+    """A model agent's `model` as job.yaml writes it: its key as a `${VAR}` reference, its
+    system prompt as text or a file."""
+
+    api_key: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="The API key, as ${VAR} (taken from the submitter's environment, kept in "
+        "a Secret on a cluster; never written in plain text).",
+    )
+    system_prompt_file: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="A file holding the system prompt, relative to job.yaml.",
+    )
+
+    @field_validator("api_key", "system_prompt_file", mode="before")
+    @classmethod
+    def _text_fields(cls, value: Any) -> Any:
+        return text(value)
+
+    @field_validator("api_key")
+    @classmethod
+    def _key_reference(cls, value: str | None) -> str | None:
+        if value is not None and not EVALUATOR_KEY_REFERENCE.fullmatch(value):
+            raise ValueError(_KEY_REFERENCE_ONLY)
+        return value
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> JobModel:
+        if self.system_prompt is not None and self.system_prompt_file is not None:
+            raise FieldErrors(
+                [("system_prompt_file", "give system_prompt or system_prompt_file, not both")]
+            )
+        return self
+
+
 class JobAgent(AgentBase):
-    """One entry of `agents`: an agent with its env as job.yaml writes it."""
+    """One entry of `agents`: an agent with its env, headers and model as job.yaml writes them."""
 
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment for install and execute; ${VAR} takes VAR from the submitter.",
     )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="An endpoint agent: headers of each request; ${VAR} in a value takes VAR "
+        "from the submitter (kept in a Secret on a cluster).",
+    )
+    model: JobModel | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="A model agent: the OpenAI-compatible model that answers.",
+    )
 
     @field_validator("env", mode="before")
     @classmethod
     def _check_env(cls, value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            return value  # pydantic reports "Input should be a valid dictionary"
-        problems: list[tuple[str | None, str]] = []
-        for key, item in value.items():
-            key_problem = env_key_problem(key) if isinstance(key, str) else "keys must be strings"
-            if key_problem:
-                problems.append((str(key), key_problem))
-            elif not isinstance(item, str):
-                kind = "null" if item is None else type(item).__name__
-                problems.append(
-                    (key, f"env values must be strings, got {kind} ({item!r}); {_UNQUOTED_HINT}")
-                )
-            elif problem := env_value_problem(item):
-                problems.append((key, problem))
-        if problems:
-            raise FieldErrors(problems)
-        return value
+        return _check_texts(value, env_key_problem, "env")
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _check_headers(cls, value: Any) -> Any:
+        return _check_texts(value, header_name_problem, "header")
+
+    def texts(self) -> list[AgentText]:
+        """Every value of the agent that may hold `${VAR}` (`rollout.api.envrefs.AgentText`)."""
+        found = [AgentText(key, f"env.{key}", value) for key, value in self.env.items()]
+        found += [
+            AgentText(f"{HEADER_SLOT_PREFIX}{name}", f"headers.{name}", value)
+            for name, value in self.headers.items()
+        ]
+        if self.model is not None and self.model.api_key is not None:
+            found.append(AgentText(MODEL_KEY_SLOT, "model.api_key", self.model.api_key))
+        return found
+
+
+def _check_texts(value: Any, key_problem: Callable[[str], str | None], what: str) -> Any:
+    """A mapping of names to strings that may hold `${VAR}` (env, headers): every problem at
+    once, each under its key."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        return value  # pydantic reports "Input should be a valid dictionary"
+    problems: list[tuple[str | None, str]] = []
+    for key, item in value.items():
+        problem = key_problem(key) if isinstance(key, str) else "keys must be strings"
+        if problem:
+            problems.append((str(key), problem))
+        elif not isinstance(item, str):
+            kind = "null" if item is None else type(item).__name__
+            problems.append(
+                (key, f"{what} values must be strings, got {kind} ({item!r}); {_UNQUOTED_HINT}")
+            )
+        elif problem := env_value_problem(item):
+            problems.append((key, problem))
+    if problems:
+        raise FieldErrors(problems)
+    return value
 
 
 class RegistrySource(ApiModel):
@@ -227,10 +310,7 @@ class JobConfig(FileModel, JobSettings, _JobName):
         if value is None:
             return None
         if not EVALUATOR_KEY_REFERENCE.fullmatch(value):
-            raise ValueError(
-                "must be a ${VAR} reference (e.g. ${OPENAI_API_KEY}), so that the key is never "
-                "written in the job file, its config.json or a resource"
-            )
+            raise ValueError(_KEY_REFERENCE_ONLY)
         return value
 
     @field_validator("agents")
@@ -291,7 +371,8 @@ def read_job_file(path: str | Path, overrides: Mapping[str, Any] | None = None) 
     if overrides and isinstance(content, Mapping):
         content = {**content, **overrides}
     job = parse_job(content, file=path)  # refuses anything but a mapping
-    return JobFile(resolve_paths(job, path.parent), dict(content))
+    job = read_system_prompts(resolve_paths(job, path.parent), path)
+    return JobFile(job, dict(content))
 
 
 def load_job(path: str | Path) -> JobConfig:
@@ -318,6 +399,35 @@ def resolve_paths(job: JobConfig, base_dir: str | Path) -> JobConfig:
             dataset.model_copy(update={"path": absolute(dataset.path), "registry": registry})
         )
     return job.model_copy(update={"datasets": datasets})
+
+
+def read_system_prompts(job: JobConfig, path: str | Path) -> JobConfig:
+    """`job` with each model agent's `system_prompt_file` (relative to the job file at `path`)
+    read into its `system_prompt`, so that the job carries the text wherever it goes (a
+    RolloutJob, a runner). A file that cannot be read is an InvalidInput naming the field."""
+    base = Path(path).absolute().parent
+    agents: list[JobAgent] = []
+    problems: list[Problem] = []
+    for index, agent in enumerate(job.agents):
+        model = agent.model
+        if model is None or model.system_prompt_file is None:
+            agents.append(agent)
+            continue
+        prompt_path = base / Path(model.system_prompt_file).expanduser()
+        field = f"agents[{index}].model.system_prompt_file"
+        try:
+            prompt = prompt_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            why = err.strerror if isinstance(err, OSError) else f"not UTF-8 text ({err.reason})"
+            problems.append(
+                Problem(str(path), field, f"{str(prompt_path)!r} cannot be read: {why}")
+            )
+            continue
+        model = model.model_copy(update={"system_prompt": prompt, "system_prompt_file": None})
+        agents.append(agent.model_copy(update={"model": model}))
+    if problems:
+        raise InvalidInput(problems)
+    return job.model_copy(update={"agents": agents})
 
 
 def resolve_evaluator_key(

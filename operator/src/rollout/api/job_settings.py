@@ -26,11 +26,15 @@ from rollout.api.rules import (
     InstructionPath,
     PositiveInt,
     PositiveSeconds,
-    agent_problems,
     duplicate_problems,
     not_bool,
     text,
     zero_is_unset,
+)
+from rollout.api.service_agents import (
+    DEFAULT_ENDPOINT_TIMEOUT_SEC,
+    AgentKind,
+    agent_kind_problems,
 )
 from rollout.api.verifiers import Metric as EvaluationMetric
 
@@ -68,29 +72,79 @@ class VerifierSettings(ApiModel):
 
 
 class AgentBase(ApiModel):
-    """An agent: its name and scripts (each form adds its env). 'oracle' is reserved."""
+    """An agent: its name and what it is (`rollout.api.service_agents`: a script, an endpoint or
+    a model; 'oracle' is reserved). Each form adds its env, headers and model, whose values are
+    `${VAR}` text in job.yaml and values or Secret references in a resource."""
 
     name: AgentName = Field(description="Agent name; also its results directory.")
     description: str | None = Field(None, description="What the agent is.")
     install: str | None = Field(None, description="Bash script that installs the agent.")
     execute: str | None = Field(
-        None, description="Bash script that runs the agent; absent only for 'oracle'."
+        None, description="Bash script that runs the agent (a script agent)."
+    )
+    endpoint: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="An endpoint agent's http(s) URL: the runner POSTs each attempt to it.",
+    )
+    timeout_sec: PositiveSeconds | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description=f"An endpoint agent: one request's limit in seconds (default "
+        f"{DEFAULT_ENDPOINT_TIMEOUT_SEC:g}).",
     )
 
-    @field_validator("name", "description", "install", "execute", mode="before")
+    @field_validator("name", "description", "install", "execute", "endpoint", mode="before")
     @classmethod
     def _text(cls, value: Any) -> Any:
         return text(value)
 
+    @field_validator("timeout_sec", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return not_bool(value)
+
+    @field_validator("timeout_sec")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("must be a positive number of seconds")
+        return value
+
     @model_validator(mode="after")
-    def _scripts(self) -> Self:
-        if problems := agent_problems(self.name, self.install, self.execute):
+    def _kind(self) -> Self:
+        # Each form declares its own `headers` and `model` (their values differ in form).
+        problems = agent_kind_problems(
+            self.name,
+            install=self.install,
+            execute=self.execute,
+            endpoint=self.endpoint,
+            timeout_sec=self.timeout_sec,
+            headers=bool(getattr(self, "headers", None)),
+            model=getattr(self, "model", None) is not None,
+        )
+        if problems:
             raise FieldErrors(problems)
         return self
 
     @property
     def is_oracle(self) -> bool:
         return self.name == ORACLE_AGENT
+
+    @property
+    def kind(self) -> AgentKind:
+        if self.is_oracle:
+            return AgentKind.ORACLE
+        if self.endpoint is not None:
+            return AgentKind.ENDPOINT
+        if getattr(self, "model", None) is not None:
+            return AgentKind.MODEL
+        return AgentKind.SCRIPT
+
+    @property
+    def request_timeout_sec(self) -> float:
+        """An endpoint agent's limit of one request."""
+        return self.timeout_sec if self.timeout_sec is not None else DEFAULT_ENDPOINT_TIMEOUT_SEC
 
     def scripts(self) -> dict[str, Any]:
         """The fields every form of an agent has, to build another form from this one."""

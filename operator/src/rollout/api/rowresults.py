@@ -30,7 +30,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from rollout.api.additions import TokenUsage
 from rollout.api.base import ApiModel, FileModel
+from rollout.api.endpoint import EndpointEvaluation
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.problems import validation_problems
 from rollout.api.results import TrialResult, format_timestamp, is_passed
@@ -50,6 +52,15 @@ class RowAdditions(ApiModel):
     attempt: int = Field(ge=1)
     error_type: ErrorType | None = None
     verifier: str | None = Field(None, description="The metric, or python <script>.")
+    trace_id: str | None = Field(
+        None, exclude_if=lambda v: v is None, description="The attempt's W3C trace id."
+    )
+    evaluation: EndpointEvaluation | None = Field(
+        None, exclude_if=lambda v: v is None, description="An endpoint agent's own evaluation."
+    )
+    usage: TokenUsage | None = Field(
+        None, exclude_if=lambda v: v is None, description="A model agent's tokens."
+    )
 
 
 class ResultLine(FileModel):

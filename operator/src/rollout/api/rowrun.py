@@ -24,12 +24,13 @@ from rollout.api.errors import ErrorType
 from rollout.api.failures import FailureClass
 from rollout.api.rules import TaskName
 from rollout.api.secretref import SecretKeySelector
+from rollout.api.service_agents import CHAT_RESERVED_PARAMS
 from rollout.api.verifiers import Metric, VerifierChoice, VerifierKind, VerifierSource
 
 EVALUATOR_API_KEY_ENV = "ROLLOUT_EVALUATOR_API_KEY"
 """The runner's environment variable holding the llm_judgement evaluator's API key."""
 
-EVALUATOR_RESERVED_PARAMS = frozenset({"model", "messages", "temperature"})
+EVALUATOR_RESERVED_PARAMS = CHAT_RESERVED_PARAMS
 """Request fields the evaluator's own settings make: evaluator_extra_params may not set them."""
 
 SHARD_TASK_PREFIX = "shard-"

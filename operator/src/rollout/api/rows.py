@@ -347,6 +347,14 @@ def _metadata(
     return kept
 
 
+def agent_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """What an agent may see of a row's metadata (seed 003's `task.metadata`): seed 002's "any
+    other fields", so neither the ground truth (under any of its keys) nor the id, question
+    or kwargs, which the agent gets otherwise."""
+    hidden = {GROUND_TRUTH, *(key for keys in ROW_ALIASES.values() for key in keys)}
+    return {key: value for key, value in metadata.items() if key not in hidden}
+
+
 def _written_as(record: Mapping[str, Any], name: str) -> str:
     """The key the row uses for canonical field `name` (the canonical name when absent)."""
     return next((k for k in ROW_ALIASES[name] if record.get(k) is not None), name)

@@ -47,33 +47,6 @@ def check_instruction_path(value: str) -> str:
     return value
 
 
-def agent_problems(
-    name: str, install: str | None, execute: str | None
-) -> list[tuple[str | None, str]]:
-    """The oracle rule: `oracle` has no scripts; every other agent has `execute`."""
-    problems: list[tuple[str | None, str]] = []
-    if name == ORACLE_AGENT:
-        for field, script in (("install", install), ("execute", execute)):
-            if script is not None:
-                problems.append(
-                    (
-                        field,
-                        f"the reserved agent {ORACLE_AGENT!r} runs the task's solution/solve.sh "
-                        f"and takes no {field!r} script; remove it, or give this agent "
-                        "another name",
-                    )
-                )
-    elif execute is None or not execute.strip():
-        problems.append(
-            (
-                "execute",
-                f"agent {name!r} needs an 'execute' script (only the reserved agent "
-                f"{ORACLE_AGENT!r} runs without one)",
-            )
-        )
-    return problems
-
-
 def duplicate_problems(
     names: Sequence[str], what: str, listed_as: str, field: str = "name"
 ) -> list[tuple[str | None, str]]:

@@ -3,16 +3,19 @@
 Pure functions: the caller (the CLI) resolves and publishes the datasets, passes their refs in, and
 applies what comes out.
 
-Secrets. An agent env value with `${VAR}` never appears in the RolloutJob: its resolved value goes
-into ONE Secret per job (`<resource name>-agent-env`), and the env var becomes a
-`valueFrom.secretKeyRef` into it. The Secret's keys are `<agent>.<KEY>` (the agent name made safe
+Secrets. An agent value with `${VAR}` (an env value, an endpoint header's value, a model's
+api_key: `rollout.api.envrefs.AgentText`) never appears in the RolloutJob: its resolved value goes
+into ONE Secret per job (`<resource name>-agent-env`), and the value becomes a
+`valueFrom.secretKeyRef` into it (a model's `apiKey` is the selector itself). The Secret's keys are
+`<agent>.<KEY>`, `<agent>.header.<Name>` and `<agent>.model.api-key` (the agent name made safe
 for a Secret key, with a hash of the real name when it had to change), so two agents' same key do
 not clash. Literal values stay literal `value`s.
 
 Giving job.yaml back. Kubernetes' EnvVar has no field for "this came from ${VAR}", so the RolloutJob
 carries the job.yaml text of every Secret-backed value in the annotation
-`rollout.dev/agent-env` (JSON: `{agent: {KEY: "${VAR}"}}`). It holds variable references as the
-user wrote them, never values. `rollout_job_to_job` puts that text back.
+`rollout.dev/agent-env` (JSON: `{agent: {slot: "${VAR}"}}`, the slot being the env KEY,
+`header:<Name>` or `model:api_key`). It holds variable references as the user wrote them, never
+values. `rollout_job_to_job` puts that text back.
 
 Names. metadata.name must be a DNS-1123 label; job names like `2025-01-15__10-30-00` or `My Eval`
 are not. `resource_name` lowercases, replaces every other character run with `-` and, when that
@@ -32,9 +35,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rollout.api.envrefs import env_references, resolve_agent_env
+from rollout.api.envrefs import (
+    HEADER_SLOT_PREFIX,
+    MODEL_KEY_SLOT,
+    env_references,
+    resolve_agent_env,
+)
 from rollout.api.errors import InvalidInput, Problem
-from rollout.api.job import JobAgent, JobConfig, JobDataset, resolve_evaluator_key
+from rollout.api.job import JobAgent, JobConfig, JobDataset, JobModel, resolve_evaluator_key
 from rollout.api.names import AGENT_ENV_ANNOTATION, EVALUATOR_KEY_ANNOTATION
 from rollout.api.problems import validation_problems
 from rollout.api.resources import (
@@ -43,6 +51,8 @@ from rollout.api.resources import (
     DatasetRef,
     EnvVar,
     EnvVarSource,
+    HeaderVar,
+    ModelSpec,
     ObjectMeta,
     PodOverrides,
     RolloutJob,
@@ -98,6 +108,26 @@ def secret_key(agent_name: str, env_key: str) -> str:
     return f"{safe}.{env_key}"
 
 
+def agent_secret_key(agent_name: str, slot: str) -> str:
+    """The Secret key holding one of an agent's values (`rollout.api.envrefs.AgentText.slot`):
+    `<agent>.<KEY>` for env, `<agent>.header.<Name>` (the name made safe for a Secret key, with
+    a hash when it had to change) or `<agent>.model.api-key`."""
+    if slot == MODEL_KEY_SLOT:
+        return secret_key(agent_name, "model.api-key")
+    if slot.startswith(HEADER_SLOT_PREFIX):
+        name = slot.removeprefix(HEADER_SLOT_PREFIX)
+        safe = _NOT_SECRET_KEY.sub("-", name)
+        if safe != name:
+            safe = f"{safe}-{_short_hash(name)}"
+        return secret_key(agent_name, f"header.{safe}")
+    return secret_key(agent_name, slot)
+
+
+def _value_fields(source: tuple[str | None, EnvVarSource | None]) -> dict[str, Any]:
+    value, value_from = source
+    return {"value": value} if value_from is None else {"value_from": value_from}
+
+
 def job_to_rollout_job(
     job: JobConfig,
     *,
@@ -137,18 +167,32 @@ def job_to_rollout_job(
     templates: dict[str, dict[str, str]] = {}
     agents: list[AgentSpec] = []
     for agent in job.agents:
-        env: list[EnvVar] = []
-        for key, text in agent.env.items():
-            if env_references(text):
-                data_key = secret_key(agent.name, key)
-                if resolved is not None:
-                    secret_data[data_key] = resolved[agent.name][key]
-                templates.setdefault(agent.name, {})[key] = text
-                selector = SecretKeySelector(name=secret, key=data_key)
-                env.append(EnvVar(name=key, value_from=EnvVarSource(secret_key_ref=selector)))
-            else:
-                env.append(EnvVar(name=key, value=text))
-        agents.append(AgentSpec(**agent.scripts(), env=env))
+
+        def source(slot: str, text: str) -> tuple[str | None, EnvVarSource | None]:
+            """A literal value, or (when it holds `${VAR}`) a reference into the Secret."""
+            if not env_references(text):
+                return text, None
+            data_key = agent_secret_key(agent.name, slot)  # noqa: B023 - used now
+            if resolved is not None:
+                secret_data[data_key] = resolved[agent.name][slot]  # noqa: B023
+            templates.setdefault(agent.name, {})[slot] = text  # noqa: B023
+            selector = SecretKeySelector(name=secret, key=data_key)
+            return None, EnvVarSource(secret_key_ref=selector)
+
+        env = [EnvVar(name=k, **_value_fields(source(k, t))) for k, t in agent.env.items()]
+        headers = [
+            HeaderVar(name=name, **_value_fields(source(f"{HEADER_SLOT_PREFIX}{name}", text)))
+            for name, text in agent.headers.items()
+        ]
+        model: ModelSpec | None = None
+        if agent.model is not None:
+            api_key = None
+            if agent.model.api_key is not None:
+                _, key_source = source(MODEL_KEY_SLOT, agent.model.api_key)
+                assert key_source is not None  # api_key is always a ${VAR}
+                api_key = key_source.secret_key_ref
+            model = ModelSpec(**agent.model.settings(), api_key=api_key)
+        agents.append(AgentSpec(**agent.scripts(), env=env, headers=headers, model=model))
 
     evaluator_key: SecretKeySelector | None = None
     if job.evaluator_api_key is not None:
@@ -227,23 +271,38 @@ def rollout_job_to_job(rollout_job: RolloutJob | Mapping[str, Any]) -> JobConfig
 
     agents: list[JobAgent] = []
     for a_index, agent in enumerate(rj.spec.agents):
+        recorded = templates.get(agent.name, {})
+
+        def text_of(slot: str, var: EnvVar | HeaderVar, field: str) -> str | None:
+            """The job.yaml text of a value: as it is, or the `${VAR}` text recorded for it."""
+            if var.value_from is None:
+                return var.value or ""
+            text = recorded.get(slot)  # noqa: B023 - used now
+            if text is None:
+                problems.append(_no_template(where, field, var.name))
+            return text
+
         env: dict[str, str] = {}
         for e_index, var in enumerate(agent.env):
-            text = templates.get(agent.name, {}).get(var.name)
-            if var.value_from is not None and text is not None:
+            text = text_of(var.name, var, f"spec.agents[{a_index}].env[{e_index}]")
+            if text is not None:
                 env[var.name] = text
-            elif var.value_from is None:
-                env[var.name] = var.value or ""
-            else:
-                problems.append(
-                    Problem(
-                        where,
-                        f"spec.agents[{a_index}].env[{e_index}]",
-                        f"{var.name} comes from a Secret with no ${{VAR}} recorded in the "
-                        f"{AGENT_ENV_ANNOTATION} annotation; job.yaml cannot express it",
-                    )
-                )
-        agents.append(JobAgent(**agent.scripts(), env=env))
+        headers: dict[str, str] = {}
+        for h_index, header in enumerate(agent.headers):
+            field = f"spec.agents[{a_index}].headers[{h_index}]"
+            text = text_of(f"{HEADER_SLOT_PREFIX}{header.name}", header, field)
+            if text is not None:
+                headers[header.name] = text
+        model: JobModel | None = None
+        if agent.model is not None:
+            api_key = None
+            if agent.model.api_key is not None:
+                api_key = recorded.get(MODEL_KEY_SLOT)
+                if api_key is None:
+                    field = f"spec.agents[{a_index}].model.apiKey"
+                    problems.append(_no_template(where, field, "the model's key"))
+            model = JobModel(**agent.model.settings(), api_key=api_key)
+        agents.append(JobAgent(**agent.scripts(), env=env, headers=headers, model=model))
 
     datasets: list[JobDataset] = []
     for index, ref in enumerate(rj.spec.datasets):
@@ -280,6 +339,15 @@ def rollout_job_to_job(rollout_job: RolloutJob | Mapping[str, Any]) -> JobConfig
         )
     except ValidationError as err:
         raise InvalidInput(validation_problems(err, where, JobConfig)) from None
+
+
+def _no_template(where: str, field: str, what: str) -> Problem:
+    return Problem(
+        where,
+        field,
+        f"{what} comes from a Secret with no ${{VAR}} recorded in the {AGENT_ENV_ANNOTATION} "
+        "annotation; job.yaml cannot express it",
+    )
 
 
 def _as_rollout_job(value: RolloutJob | Mapping[str, Any]) -> RolloutJob:

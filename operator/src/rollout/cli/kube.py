@@ -1,7 +1,9 @@
 """The CLI's view of the cluster: its requests to the Kubernetes API, in one namespace.
 
-Which cluster: `rollout.cli.kubeconfig`, as kubectl chooses it; `--namespace` wins over the
-context's namespace.
+Which cluster: `rollout.cli.kubeconfig`, as kubectl chooses it, with the CLI's config file
+(`rollout login` writes it) filling in what flags do not give: `--context`, else `kube.context`,
+else the kubeconfig's current context; `--namespace`, else `kube.namespace` (when the context is
+the one it was chosen with), else the context's namespace.
 
 Every request has a timeout. API errors become `ClusterError`s that say what was being done, to
 which object, and what the API server answered; a RolloutJob resource that is not served means
@@ -22,8 +24,10 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from rollout.api.errors import InvalidInput
 from rollout.api.resources import GROUP, VERSION, RolloutJob, RolloutTrial
 from rollout.api.translate import resource_name
+from rollout.cli import config
 from rollout.cli.kubeconfig import ClusterError, load_configuration
 
 Body = dict[str, Any]
@@ -48,9 +52,16 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG)"
     )
-    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
     group.add_argument(
-        "-n", "--namespace", metavar="NAME", help="namespace (default: the context's namespace)"
+        "--context",
+        metavar="NAME",
+        help="kubeconfig context (default: kube.context of the config file, else the current one)",
+    )
+    group.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NAME",
+        help="namespace (default: kube.namespace of the config file, else the context's)",
     )
 
 
@@ -82,12 +93,32 @@ class Cluster:
         )
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str]) -> Cluster:
-        return cls.connect(
-            kubeconfig=args.kubeconfig,
-            context=args.context,
-            namespace=args.namespace,
-            environ=environ,
+    def from_args(
+        cls,
+        args: argparse.Namespace,
+        environ: Mapping[str, str],
+        *,
+        loaded: config.LoadedConfig | None = None,
+    ) -> Cluster:
+        """The cluster of the flags, with the config file's `kube:` values (of `loaded`, else
+        of the file `environ` names) where the flags give none. A bad `kube:` value is a
+        ClusterError naming the file and key."""
+        try:
+            defaults = config.kube_defaults(environ, loaded)
+        except InvalidInput as err:
+            raise ClusterError("\n".join(str(p) for p in err.problems)) from None
+        context = args.context or defaults.context
+        where = load_configuration(
+            args.kubeconfig,
+            context,
+            environ,
+            context_source=None if args.context else defaults.source("context"),
+        )
+        return cls(
+            api_client=client.ApiClient(where.configuration),
+            namespace=args.namespace or defaults.namespace_for(where.context) or where.namespace,
+            context=where.context,
+            host=where.configuration.host,
         )
 
     @property
@@ -136,6 +167,83 @@ class Cluster:
             f"reach the Kubernetes API of {self.where}",
             lambda: client.VersionApi(self.api_client).get_code(_request_timeout=self._timeout()),
         )
+
+    def server_version(self) -> Body:
+        """The API server's /version (gitVersion, ...), as a ClusterError when it does not
+        answer."""
+        return self._get(f"reach the Kubernetes API of {self.where}", "/version") or {}
+
+    def get_namespace(self, name: str) -> Body | None:
+        """The Namespace `name`, or None when it does not exist (a ClusterError with status 403
+        when the user may not read it)."""
+        return self._get(f"read namespace {name}", f"/api/v1/namespaces/{name}", missing_ok=True)
+
+    def api_group(self, group: str) -> Body | None:
+        """The discovery document of an API group (its served versions), or None when the
+        server does not serve the group. Discovery needs no RBAC beyond being authenticated."""
+        return self._get(f"discover the API group {group}", f"/apis/{group}", missing_ok=True)
+
+    def api_resources(self, group: str, version: str) -> list[Body] | None:
+        """The resources a served group version has (discovery), or None when it is not served."""
+        found = self._get(
+            f"discover {group}/{version}", f"/apis/{group}/{version}", missing_ok=True
+        )
+        return None if found is None else list(found.get("resources") or [])
+
+    def get_cluster_object(self, group: str, version: str, plural: str, name: str) -> Body | None:
+        """A cluster-scoped object (a CustomResourceDefinition, ...), or None."""
+        return self._get(
+            f"read {plural}/{name}", f"/apis/{group}/{version}/{plural}/{name}", missing_ok=True
+        )
+
+    def list_objects(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[Body]:
+        """Objects of any resource (`group` "" for the core group): of `namespace`, or with
+        None of every namespace (or cluster-scoped ones). A resource the server does not serve
+        lists nothing; a refusal is a ClusterError with its status (403)."""
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        path = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+        query = [("labelSelector", label_selector)] if label_selector else []
+        where = f"namespace {namespace}" if namespace else "all namespaces"
+        found = self._get(f"list {plural} in {where}", path, query=query, missing_ok=True)
+        return list((found or {}).get("items") or [])
+
+    def _get(
+        self,
+        what: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        missing_ok: bool = False,
+    ) -> Body | None:
+        """GET a path of the API as JSON; None for a 404 when `missing_ok` (whatever it was
+        that is missing: the object, the resource or the group)."""
+
+        def call() -> Any:
+            request = self.api_client.param_serialize(
+                "GET",
+                path,
+                query_params=query or [],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self.api_client.call_api(*request, _request_timeout=self._timeout())
+            response.read()  # type: ignore[no-untyped-call]
+            return self.api_client.response_deserialize(response, {"2XX": "object"}).data
+
+        try:
+            return self._call(what, call)
+        except ClusterError as err:
+            if missing_ok and err.status == 404:
+                return None
+            raise
 
     def get_job(self, name: str) -> Body | None:
         """The RolloutJob `name` in the namespace, or None."""

@@ -1,8 +1,9 @@
 """Which cluster and namespace the CLI talks to, as kubectl chooses them.
 
 `--kubeconfig` (else $KUBECONFIG, else ~/.kube/config; inside a Pod without any, the in-cluster
-service account), `--context` (else the kubeconfig's current context), and the context's
-namespace (else "default"). Nothing here makes a request.
+service account), `--context` (else the config file's `kube.context`, which `rollout.cli.kube`
+passes in, else the kubeconfig's current context), and the context's namespace (else "default").
+Nothing here makes a request.
 """
 
 from __future__ import annotations
@@ -38,14 +39,48 @@ class Configuration:
     namespace: str
 
 
-def load_configuration(
-    kubeconfig: str | None, context: str | None, environ: Mapping[str, str] | None
-) -> Configuration:
-    """The kubeconfig's (or the in-cluster account's) client configuration."""
+def kubeconfig_path(kubeconfig: str | None, environ: Mapping[str, str] | None) -> str:
+    """`--kubeconfig`, else $KUBECONFIG, else ~/.kube/config, each part of the list expanded."""
     env = os.environ if environ is None else environ
     path = kubeconfig or env.get("KUBECONFIG", "").strip() or "~/.kube/config"
+    return os.pathsep.join(str(Path(p).expanduser()) for p in path.split(os.pathsep) if p)
+
+
+def list_contexts(
+    kubeconfig: str | None, environ: Mapping[str, str] | None
+) -> tuple[dict[str, str | None], str | None, str]:
+    """The kubeconfig's contexts (name: its namespace, or None), its current context's name and
+    the kubeconfig's path."""
+    expanded = kubeconfig_path(kubeconfig, environ)
+    if not any(Path(p).is_file() for p in expanded.split(os.pathsep)):
+        raise ClusterError(
+            f"no kubeconfig at {expanded}: pass --kubeconfig or set KUBECONFIG to the "
+            "cluster's kubeconfig"
+        )
+    try:
+        contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=expanded
+        )
+    except ConfigException as err:
+        raise ClusterError(f"cannot use the kubeconfig {expanded}: {err}") from None
+    names = {
+        str(c.get("name")): (c.get("context") or {}).get("namespace") or None
+        for c in contexts or []
+    }
+    return names, (str(current["name"]) if current else None), expanded
+
+
+def load_configuration(
+    kubeconfig: str | None,
+    context: str | None,
+    environ: Mapping[str, str] | None,
+    *,
+    context_source: str | None = None,
+) -> Configuration:
+    """The kubeconfig's (or the in-cluster account's) client configuration. `context_source`
+    says where a `context` that is not a flag came from (the config file), for its errors."""
     configuration = client.Configuration()
-    expanded = os.pathsep.join(str(Path(p).expanduser()) for p in path.split(os.pathsep) if p)
+    expanded = kubeconfig_path(kubeconfig, environ)
     readable = any(Path(p).is_file() for p in expanded.split(os.pathsep))
     if not readable and kubeconfig is None and IN_CLUSTER_NAMESPACE.is_file():
         try:
@@ -64,7 +99,7 @@ def load_configuration(
             contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
                 config_file=expanded
             )
-            chosen = _pick_context(contexts, current, context, expanded)
+            chosen = _pick_context(contexts, current, context, expanded, context_source)
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=expanded,
                 context=chosen["name"],
@@ -83,6 +118,7 @@ def _pick_context(
     current: dict[str, Any] | None,
     wanted: str | None,
     path: str,
+    source: str | None = None,
 ) -> dict[str, Any]:
     if wanted is None:
         if current is None:
@@ -92,4 +128,5 @@ def _pick_context(
         if candidate.get("name") == wanted:
             return candidate
     names = ", ".join(str(c.get("name")) for c in contexts or []) or "none"
-    raise ClusterError(f"no context {wanted!r} in the kubeconfig {path} (it has: {names})")
+    given = f" ({source}: pass --context, or run `rollout login` again)" if source else ""
+    raise ClusterError(f"no context {wanted!r} in the kubeconfig {path} (it has: {names}){given}")

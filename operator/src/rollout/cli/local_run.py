@@ -33,6 +33,7 @@ from rollout.api.job import config_json_text, resolve_evaluator_key
 from rollout.api.layout import local_job_dir
 from rollout.api.plan import JobPlan, pick_tasks, plan_job, resolved_dataset
 from rollout.api.resources import JobPhase
+from rollout.api.service_agents import AgentKind
 from rollout.api.taskdir import Task
 from rollout.cli.errors import ExitCode, Problems, note
 from rollout.cli.prepare import (
@@ -175,11 +176,12 @@ def _check_everything(
         problems.append(strict_refusal(len(unrunnable)))
     jobs_dir: Path = args.jobs_dir or Path(prepared.job.jobs_dir if prepared else "jobs")
     if prepared is not None:
-        if reason := unavailable_reason(prepared.job.environment.type, environ):
+        sandboxed = _needs_sandboxes(prepared)
+        if sandboxed and (reason := unavailable_reason(prepared.job.environment.type, environ)):
             problems.append(f"{args.job_file}: environment.type: {reason}")
         elif prepared.job.environment.type is EnvironmentType.LOCAL and os.geteuid() != 0:
             problems += _agent_users_without_root(prepared, args.job_file)
-        if prepared.job.environment.type is EnvironmentType.DOCKER:
+        if sandboxed and prepared.job.environment.type is EnvironmentType.DOCKER:
             problems += _rows_without_image(prepared)
         local_dir = local_job_dir(jobs_dir, prepared.job.name)
         if not args.resume and local_dir.is_dir() and any(local_dir.iterdir()):
@@ -211,6 +213,17 @@ def _agent_users_without_root(prepared: PreparedJob, job_file: Path) -> list[str
     ]
 
 
+def _script_agents(prepared: PreparedJob) -> bool:
+    return any(agent.kind is AgentKind.SCRIPT for agent in prepared.job.agents)
+
+
+def _needs_sandboxes(prepared: PreparedJob) -> bool:
+    """Whether any trial runs in an environment: every task of a dataset of task directories
+    does; a data row does only when a script agent answers it (the runner answers for the
+    oracle and endpoint and model agents, with no sandbox)."""
+    return _script_agents(prepared) or any(d.dataset.rows is None for d in prepared.datasets)
+
+
 def _rows_without_image(prepared: PreparedJob) -> list[str]:
     """A data dataset runs its rows in containers of its declared image, which local mode
     cannot guess (a cluster uses the runner's image)."""
@@ -219,7 +232,9 @@ def _rows_without_image(prepared: PreparedJob) -> list[str]:
         "[environment] docker_image in its dataset.toml, which its rows need to run in "
         "containers; declare one, or use environment.type: local"
         for index, d in enumerate(prepared.datasets)
-        if d.dataset.rows is not None and d.dataset.rows.config.environment.docker_image is None
+        if d.dataset.rows is not None
+        and d.dataset.rows.config.environment.docker_image is None
+        and _script_agents(prepared)
     ]
 
 

@@ -14,12 +14,27 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from rollout.api.errors import InvalidInput
-from rollout.cli import cancel, download, logs, publish, release, render, run, status, validate
+from rollout.cli import (
+    benchmarks,
+    cancel,
+    check,
+    download,
+    login,
+    logs,
+    publish,
+    release,
+    render,
+    run,
+    status,
+    validate,
+)
 from rollout.cli.errors import CliError, ExitCode, Problems, os_error_message
 from rollout.storage import StorageError
 
 EPILOG = """\
 examples:
+  rollout login                                 choose the cluster, bucket and credentials, once
+  rollout check                                 check what a run needs, one line each
   rollout job.yaml                              run a job on the cluster (= rollout run job.yaml)
   rollout run job.yaml --local                  run it on this machine: no cluster, no bucket
   rollout status my-eval --watch                follow a job
@@ -29,14 +44,29 @@ examples:
   rollout release --all -A                      free deleted jobs no operator serves
   rollout render job.yaml > rolloutjob.yaml     the manifests, for GitOps
   rollout publish ./tasks                       upload a dataset, print its content address
+  rollout benchmarks list                       the registry's benchmarks and the pulled ones
+  rollout benchmarks run arith --agent-endpoint URL --max-tasks 3   a benchmark on an agent
   rollout validate tasks/hello-world            check one task directory
   rollout validate datasets/my-bench job.yaml   check a dataset and a job file
 
-Cluster: the current kubeconfig context and namespace (--context, --namespace).
+Cluster: --context and --namespace, else those of ~/.config/rollout/config.yaml (rollout login
+writes it), else the kubeconfig's current context and its namespace.
 Storage: --storage-* flags, ROLLOUT_STORAGE_* variables or ~/.config/rollout/config.yaml.
 """
 
-COMMAND_MODULES = (run, status, logs, download, cancel, release, render, publish)
+COMMAND_MODULES = (
+    run,
+    status,
+    logs,
+    download,
+    cancel,
+    release,
+    render,
+    publish,
+    benchmarks,
+    check,
+    login,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,7 +32,8 @@ import yaml
 from rollout.api.envrefs import env_references
 from rollout.api.names import AGENT_ENV_ANNOTATION, EVALUATOR_KEY_ANNOTATION
 from rollout.api.resources import RolloutJob
-from rollout.api.translate import EVALUATOR_SECRET_KEY, secret_key
+from rollout.api.translate import EVALUATOR_SECRET_KEY, agent_secret_key
+from rollout.api.wire.spec import agent_secret_carriers
 from rollout.cli import config
 from rollout.cli.errors import ExitCode
 from rollout.cli.prepare import EnvValues, build_resources, cache_dir, prepare_job
@@ -107,11 +108,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def agent_env_secret_ref(rollout_job: RolloutJob) -> str | None:
-    """The name of the Secret the RolloutJob's agent env (or its evaluator key) reads, if any."""
+    """The name of the Secret the RolloutJob's agent values (env, endpoint headers, a model's
+    key) or its evaluator key read, if any."""
     for agent in rollout_job.spec.agents:
-        for var in agent.env:
-            if var.value_from is not None:
-                return var.value_from.secret_key_ref.name
+        for carrier in agent_secret_carriers(agent):
+            return carrier.selector.name
     if rollout_job.spec.evaluator_api_key is not None:
         return rollout_job.spec.evaluator_api_key.name
     return None
@@ -126,10 +127,10 @@ def create_secret_command(rollout_job: RolloutJob, secret_name: str, namespace: 
     parts = ["kubectl create secret generic", secret_name]
     if namespace:
         parts.append(f"--namespace {namespace}")
-    for agent, env in templates.items():
-        for key, text in env.items():
+    for agent, values in templates.items():
+        for slot, text in values.items():  # env, headers, a model's key
             assert env_references(text)  # only ${VAR} values go to the Secret
-            parts.append(f'"--from-literal={secret_key(agent, key)}={_shell_text(text)}"')
+            parts.append(f'"--from-literal={agent_secret_key(agent, slot)}={_shell_text(text)}"')
     evaluator_key = rollout_job.metadata.annotations.get(EVALUATOR_KEY_ANNOTATION)
     if evaluator_key is not None:
         parts.append(f'"--from-literal={EVALUATOR_SECRET_KEY}={_shell_text(evaluator_key)}"')

@@ -6,8 +6,9 @@ first trial Pod (`jobdecide.CreateNetworkPolicies`, carried out by `jobexec`):
 
 - `<job>-egress`, selecting every such Pod of the job: egress to cluster DNS (kube-system's
   `k8s-app: kube-dns` Pods, UDP and TCP 53) and to the endpoints the trial itself needs
-  (`job_endpoints`: object storage, and the job's service endpoints when it names some), and
-  nowhere else. Ingress is left alone: nothing connects to a trial Pod.
+  (`job_endpoints`: object storage, and the services the job names: endpoint agents, model
+  agents' APIs, the llm_judgement evaluator), and nowhere else. Ingress is left alone: nothing
+  connects to a trial Pod.
 - `<job>-egress-hosts-<digest>`, one per set of `allowed_hosts` among the job's tasks,
   selecting the Pods of that set: egress to those hosts' addresses, any port.
 
@@ -105,17 +106,29 @@ def storage_endpoint(storage: StorageLocation) -> Endpoint:
     if storage.endpoint is None:
         host = f"s3.{storage.signing_region}.amazonaws.com"
         return Endpoint("object storage (AWS S3)", host, 443, addresses_known=False)
-    url = urlsplit(storage.endpoint)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    return Endpoint("object storage", url.hostname or "", port)
+    return url_endpoint("object storage", storage.endpoint)
 
 
 def service_endpoints(job: RolloutJob) -> list[Endpoint]:
-    """The service endpoints the job names for its trials: model and judge base URLs, agent
-    endpoints. This version has none; when a job can name them, they go here, and every
-    no-internet trial of the job may reach them."""
-    del job
-    return []
+    """The services the job names for its trials, which the runner calls from the trial's Pod:
+    endpoint agents' URLs, model agents' base URLs, the llm_judgement evaluator's base URL.
+    Every no-internet trial of the job may reach them (the agent runs in the same Pod)."""
+    found: list[Endpoint] = []
+    for agent in job.spec.agents:
+        if agent.endpoint is not None:
+            found.append(url_endpoint(f"agent {agent.name}'s endpoint", agent.endpoint))
+        if agent.model is not None:
+            found.append(url_endpoint(f"agent {agent.name}'s model API", agent.model.base_url))
+    if job.spec.evaluator_base_url is not None:
+        found.append(url_endpoint("the llm_judgement evaluator", job.spec.evaluator_base_url))
+    return list({(e.host, e.port): e for e in found}.values())
+
+
+def url_endpoint(what: str, url: str) -> Endpoint:
+    """The host and port of an http(s) URL."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return Endpoint(what, parts.hostname or "", port)
 
 
 def job_endpoints(job: RolloutJob, storage: StorageLocation) -> list[Endpoint]:

@@ -55,7 +55,7 @@ from rollout.api.wire.spec import (
     POD_CREATED_ENV_VAR,
     SPEC_ENV_VAR,
     TRY_ENV_VAR,
-    agent_env_var_name,
+    agent_secret_carriers,
     pod_created_at_text,
     trial_spec_json,
     try_text,
@@ -403,15 +403,19 @@ def pod_deadline_sec(spec: RolloutTrialSpec) -> int:
 
 
 def agent_secret_env(spec: RolloutTrialSpec) -> list[dict[str, Any]]:
-    """For each agent env var from a Secret, a runner variable with the same `valueFrom`; and
+    """For each Secret-backed value of the agent (env, endpoint headers, the model's key), a
+    runner variable with the same `secretKeyRef` (`agent_secret_carriers`); and
     a shard's llm_judgement evaluator key (`rollout.api.rowrun.EVALUATOR_API_KEY_ENV`)."""
     env = [
         {
-            "name": agent_env_var_name(var.name),
-            "valueFrom": var.value_from.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "name": carrier.variable,
+            "valueFrom": {
+                "secretKeyRef": carrier.selector.model_dump(
+                    mode="json", by_alias=True, exclude_none=True
+                )
+            },
         }
-        for var in spec.agent.env
-        if var.value_from is not None
+        for carrier in agent_secret_carriers(spec.agent)
     ]
     evaluator = spec.rows.evaluator if spec.rows is not None else None
     if evaluator is not None and evaluator.api_key is not None:

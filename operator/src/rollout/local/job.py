@@ -46,6 +46,7 @@ from rollout.api.rowresults import (
 )
 from rollout.api.rowrun import RowItem, RowVerifier
 from rollout.api.trial_spec import row_verifier, shard_spec, task_error, trial_spec
+from rollout.api.wire.spec import agent_secret_carriers
 from rollout.local.environments import Sandboxes
 from rollout.local.shard import ShardRun
 from rollout.local.trial import LocalTrial, TrialRun, trial_files
@@ -360,8 +361,13 @@ def _move_to_retries(directory: Path, try_number: int) -> None:
 def resolved_secrets(
     job: RolloutJob, values: Mapping[str, Mapping[str, str]]
 ) -> dict[str, dict[str, str]]:
-    """Each agent's `${VAR}` env values by variable name, as its runner gets them."""
+    """Each agent's Secret-backed values (`${VAR}` in job.yaml: env, endpoint headers, a model's
+    key) by the runner variable that carries them (`agent_secret_carriers`), as its runner gets
+    them."""
     return {
-        agent.name: {var.name: values[agent.name][var.name] for var in agent.env if var.value_from}
+        agent.name: {
+            carrier.variable: values[agent.name][carrier.slot]
+            for carrier in agent_secret_carriers(agent)
+        }
         for agent in job.spec.agents
     }

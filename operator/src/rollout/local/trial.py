@@ -39,7 +39,6 @@ from rollout.api.wire.spec import (
     POD_CREATED_ENV_VAR,
     SPEC_ENV_VAR,
     TRY_ENV_VAR,
-    agent_env_var_name,
     pod_created_at_text,
     trial_spec_json,
     try_text,
@@ -83,7 +82,8 @@ class LocalTrial:
     planned: PlannedTrial
     spec: RolloutTrialSpec
     secrets: Mapping[str, str]
-    """The agent's `${VAR}` env values by variable name (never in the spec, as on a cluster)."""
+    """The agent's Secret-backed values by the runner variable carrying each
+    (`agent_secret_carriers`; never in the spec, as on a cluster)."""
     try_number: int = 1
 
 
@@ -134,6 +134,10 @@ class TrialRun:
         started = datetime.now(UTC)
         sandbox: Sandbox | None = None
         try:
+            if not self.trial.spec.needs_environment:
+                # The runner answers alone (the oracle's, an endpoint's or a model's rows): no
+                # sandbox, as on a cluster the Pod holds the runner alone.
+                return None if self._stopping else await self._run_runner(None, base, started)
             try:
                 sandbox = await self.sandboxes.start(self.trial.spec, self.trial.planned, base)
             except SandboxStartFailed as err:
@@ -161,18 +165,24 @@ class TrialRun:
                 await asyncio.to_thread(shutil.rmtree, base, ignore_errors=True)
 
     async def _run_runner(
-        self, sandbox: Sandbox, base: Path, started: datetime
+        self, sandbox: Sandbox | None, base: Path, started: datetime
     ) -> TrialResult | None:
         log_path = base / "runner.log"
+        if sandbox is not None:
+            control_dir, logs_dir = sandbox.paths.control_dir, sandbox.paths.logs_dir
+        else:  # no environment: directories of the runner's own, which nothing else shares
+            control_dir, logs_dir = base / "control", base / "logs"
+            for directory in (control_dir, logs_dir):
+                directory.mkdir()
         with log_path.open("wb") as log_file:
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
                 "rollout_runner.main",
                 "--control-dir",
-                str(sandbox.paths.control_dir),
+                str(control_dir),
                 "--logs-dir",
-                str(sandbox.paths.logs_dir),
+                str(logs_dir),
                 "--work-dir",
                 str(base / "runner-work"),
                 "--termination-log",
@@ -230,7 +240,7 @@ class TrialRun:
         env[ENV_DIR] = str(self.store.root)
         if self.store.jobs_root is not None:
             env[ENV_JOBS_DIR] = str(self.store.jobs_root)
-        env.update((agent_env_var_name(k), v) for k, v in self.trial.secrets.items())
+        env.update(self.trial.secrets)
         return env
 
     def _read_record(self) -> TrialResult | None:

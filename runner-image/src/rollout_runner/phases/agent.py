@@ -1,13 +1,17 @@
-"""The agent: install (`agent_setup`) and execute (`agent_execution`), or the oracle.
+"""The agent: install (`agent_setup`) and execute (`agent_execution`), the oracle, or an
+endpoint or model agent that the runner asks itself.
 
 The install and execute scripts of job.yaml are copied into the environment as files
 (/installed-agent/install.sh, execute.sh) and run with bash, as the agent user when there is one,
-in the working directory, with task.toml's [environment.env], ROLLOUT_TASK_INSTRUCTION and the
-agent's env (a later one wins). Their stdout and
+in the working directory, with task.toml's [environment.env], ROLLOUT_TASK_INSTRUCTION, the
+attempt's W3C trace context as TRACEPARENT (`rollout.api.tracecontext`) and the agent's env (a
+later one wins). Their stdout and
 stderr become the trial's setup/ and command/ files. The oracle has no install: its solution/ is
 copied to /oracle (its agent_setup; seed 004's solve.sh at the task root is placed as
 /oracle/solve.sh) and `bash /oracle/solve.sh` runs with the same env and task.toml's
-[solution.env] over it (its agent_execution, output in command/).
+[solution.env] over it (its agent_execution, output in command/). An endpoint or model agent
+(`rollout_runner.phases.service`) is asked with the instruction from the runner; what it answered
+is written to /logs/agent/ (answer.txt, and the call's files) for the task's verifier.
 
 Whatever happened, every process the agent left behind is killed before this phase returns, so
 nothing of the agent runs while /tests is copied in and the verifier runs.
@@ -24,8 +28,10 @@ from rollout.api.envrefs import INSTRUCTION_ENV_VAR
 from rollout.api.errors import ErrorType
 from rollout.api.layout import COMMAND_STDERR, COMMAND_STDOUT, SETUP_STDERR, SETUP_STDOUT
 from rollout.api.taskdir import ROOT_SOLUTION_SCRIPT, Task
-from rollout_runner.context import AGENT_SCRIPTS, ORACLE, TrialContext
+from rollout.api.tracecontext import TRACEPARENT_ENV_VAR
+from rollout_runner.context import AGENT_LOGS, AGENT_SCRIPTS, ORACLE, TrialContext
 from rollout_runner.environment import EnvironmentFailure, ExecResult
+from rollout_runner.phases import service
 from rollout_runner.phases.common import output_detail
 from rollout_runner.record import Phase
 
@@ -39,6 +45,8 @@ async def run(ctx: TrialContext) -> None:
     try:
         if ctx.is_oracle:
             await _oracle(ctx)
+        elif ctx.spec.agent.kind.in_runner:
+            await _in_runner(ctx, ctx.task)
         else:
             await install(ctx)
             if not ctx.record.failed:
@@ -48,10 +56,12 @@ async def run(ctx: TrialContext) -> None:
 
 
 def _agent_env(ctx: TrialContext) -> dict[str, str]:
-    # Lowest first: the task's [environment.env], the instruction's path, the job's agent env.
+    # Lowest first: the task's [environment.env], the instruction's path and the trace, the
+    # job's agent env.
     return {
         **ctx.task_env,
         INSTRUCTION_ENV_VAR: ctx.spec.instruction_path,
+        TRACEPARENT_ENV_VAR: ctx.record.trace.traceparent,
         **ctx.agent_env.values,
     }
 
@@ -105,6 +115,34 @@ async def _oracle(ctx: TrialContext) -> None:
         result = await _run(ctx, f"bash {ORACLE}/solve.sh", env, timeout)
         if result is not None:
             _judge_execution(ctx, result, f"Oracle solution (bash {ORACLE}/solve.sh)", timeout)
+
+
+async def _in_runner(ctx: TrialContext, task: Task) -> None:
+    """An endpoint or model agent on a task: the runner asks it with the instruction and writes
+    what it answered to /logs/agent/ (answer.txt and the call's files), where the task's
+    verifier finds it."""
+    question = service.Question(
+        task_id=ctx.spec.task_name,
+        question=task.instruction,
+        instruction=task.instruction,
+        metadata=dict(task.config.metadata),
+    )
+    answered = await service.answer(ctx, question)
+    local = ctx.options.work_dir / "agent-logs"
+    await asyncio.to_thread(_write_files, local, answered.files)
+    try:
+        for name in answered.files:
+            await ctx.environment.put_files(
+                local / name, f"{AGENT_LOGS}/{name}", owner=ctx.agent_user
+            )
+    except EnvironmentFailure as err:
+        _environment_failed(ctx, err)
+
+
+def _write_files(directory: Path, files: dict[str, bytes]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
 
 
 async def _place_solution(ctx: TrialContext, task: Task) -> None:

@@ -35,6 +35,7 @@ from rollout.api.rules import (
     duplicate_problems,
 )
 from rollout.api.secretref import SecretKeySelector as SecretKeySelector
+from rollout.api.service_agents import HEADER_NAME_PATTERN, ModelBase, header_name_problem
 from rollout.api.storage import StorageSpec as StorageSpec  # spec.storage: rollout.api.storage
 
 
@@ -93,17 +94,67 @@ class EnvVar(ApiModel):
         return self
 
 
+class HeaderVar(ApiModel):
+    """An endpoint agent's request header: a literal `value` or `valueFrom` a Secret."""
+
+    name: str = Field(
+        description="Header name.", json_schema_extra={"pattern": HEADER_NAME_PATTERN}
+    )
+    value: str | None = Field(None, description="Literal value.")
+    value_from: EnvVarSource | None = Field(None, description="Take the value from a Secret.")
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if problem := header_name_problem(value):
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HeaderVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"header {self.name!r} has both 'value' and 'valueFrom'")
+        return self
+
+
+class ModelSpec(ModelBase):
+    """A model agent's model; its API key comes from a Secret."""
+
+    api_key: SecretKeySelector | None = Field(
+        None, description="The Secret key holding the API key; none: no Authorization header."
+    )
+
+
 class AgentSpec(AgentBase):
-    """An agent, as job.yaml describes it; env values are literal or come from a Secret."""
+    """An agent, as job.yaml describes it; env and header values are literal or come from a
+    Secret, and so does a model's key."""
 
     env: list[EnvVar] = Field(
         default_factory=list, description="Environment for the install and execute scripts."
+    )
+    headers: list[HeaderVar] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="An endpoint agent: headers of each request.",
+    )
+    model: ModelSpec | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="A model agent: the OpenAI-compatible model that answers.",
     )
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: list[EnvVar]) -> list[EnvVar]:
         if problems := duplicate_problems([v.name for v in value], "env var", "env"):
+            raise FieldErrors(problems)
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: list[HeaderVar]) -> list[HeaderVar]:
+        names = [v.name.lower() for v in value]
+        if problems := duplicate_problems(names, "header", "headers"):
             raise FieldErrors(problems)
         return value
 

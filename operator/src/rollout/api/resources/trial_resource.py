@@ -50,6 +50,7 @@ from rollout.api.rules import (
     TaskName,
     matching_pattern,
 )
+from rollout.api.service_agents import AgentKind
 from rollout.api.timeouts import PhaseTimeouts
 
 Quantity = Annotated[
@@ -148,9 +149,10 @@ class RolloutTrialSpec(ApiModel):
 
     @property
     def needs_environment(self) -> bool:
-        """Whether the trial has an environment container. The oracle's data rows have none:
-        it answers them from their ground truth, and the Pod holds the runner alone."""
-        return not (self.rows is not None and self.agent.is_oracle)
+        """Whether the trial has an environment container. Data rows answered by the oracle
+        (from their ground truth), an endpoint or a model (HTTP clients in the runner) have none:
+        the Pod holds the runner alone."""
+        return not (self.rows is not None and self.agent.kind is not AgentKind.SCRIPT)
 
 
 class RolloutTrialStatus(ApiModel):

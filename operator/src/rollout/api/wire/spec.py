@@ -25,13 +25,15 @@ writes it as `rollout.tries` in the trial's result.json. Unset: unknown, and lef
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from rollout.api.envrefs import HEADER_SLOT_PREFIX, MODEL_KEY_SLOT
 from rollout.api.errors import InvalidInput
 from rollout.api.problems import problems_from_validation_error
-from rollout.api.resources import RolloutTrialSpec
+from rollout.api.resources import AgentSpec, RolloutTrialSpec, SecretKeySelector
 from rollout.api.results import format_timestamp
 
 SPEC_ENV_VAR = "ROLLOUT_TRIAL_SPEC"
@@ -44,6 +46,48 @@ POD_CREATED_ENV_VAR = "ROLLOUT_POD_CREATED_AT"
 
 TRY_ENV_VAR = "ROLLOUT_TRY"
 """The runner container's variable holding which try at the trial its Pod is, from 1."""
+
+
+HEADER_ENV_PREFIX = "ROLLOUT_AGENT_HEADER_"
+MODEL_KEY_ENV_VAR = "ROLLOUT_AGENT_MODEL_API_KEY"
+
+
+@dataclass(frozen=True)
+class SecretCarrier:
+    """A runner variable that carries one Secret-backed value of the agent."""
+
+    variable: str
+    """The runner container's variable."""
+    selector: SecretKeySelector
+    """The Secret key it takes its value from."""
+    slot: str
+    """Which value of the agent (`rollout.api.envrefs.AgentText.slot`): the env KEY,
+    `header:<Name>` or `model:api_key`."""
+
+
+def agent_secret_carriers(agent: AgentSpec) -> list[SecretCarrier]:
+    """Every Secret-backed value of `agent` and the runner variable carrying it: env vars as
+    `ROLLOUT_AGENT_ENV_<NAME>`, endpoint headers as `ROLLOUT_AGENT_HEADER_<index>` (header
+    names are not all variable names), the model's key as `ROLLOUT_AGENT_MODEL_API_KEY`. The
+    operator sets them from the Secret, local mode from the resolved values; the runner reads
+    them."""
+    carriers = [
+        SecretCarrier(agent_env_var_name(var.name), var.value_from.secret_key_ref, var.name)
+        for var in agent.env
+        if var.value_from is not None
+    ]
+    carriers += [
+        SecretCarrier(
+            f"{HEADER_ENV_PREFIX}{index}",
+            header.value_from.secret_key_ref,
+            f"{HEADER_SLOT_PREFIX}{header.name}",
+        )
+        for index, header in enumerate(agent.headers)
+        if header.value_from is not None
+    ]
+    if agent.model is not None and agent.model.api_key is not None:
+        carriers.append(SecretCarrier(MODEL_KEY_ENV_VAR, agent.model.api_key, MODEL_KEY_SLOT))
+    return carriers
 
 
 def agent_env_var_name(name: str) -> str:

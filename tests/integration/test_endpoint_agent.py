@@ -1,0 +1,290 @@
+"""Endpoint agents (seed 003) run by the real runner against an HTTP server on loopback written
+here: data rows in a runner-only shard (no environment), and a task in a fake container whose
+verifier scores the answer the runner wrote to /logs/agent/.
+
+The server plays one behaviour per row (chosen by the row id at the end of `attempt.id`) and
+records every request it got: the exact payload, the headers (the Secret-backed Authorization,
+a literal one, `traceparent`), how many times each row was asked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runner_kit import DATASET, JOB, make_spec, publish_task, run_in_fake_container
+from test_runner_shards import publish_rows, row_files, shard_spec, write_dataset
+
+from fakecontainer import requires_fake_container
+from rollout.api.errors import ErrorType
+from rollout.api.layout import job_prefix
+from rollout.api.results import TrialResult
+from rollout.api.tracecontext import parse_traceparent
+from rollout.storage import ObjectStore
+from rollout_runner.context import RunnerOptions
+from rollout_runner.environment import NoEnvironment
+from rollout_runner.shard import run_shard
+from rollout_runner.spec import resolve_agent_env
+
+pytestmark = pytest.mark.integration
+
+AGENT = "service"
+TOKEN = "s3cr3t-token-4f9a"
+SECRET_HEADER = f"Bearer {TOKEN}"
+
+ROWS = [
+    {"id": "score", "question": "Capital of France?", "answer": "Paris", "kwargs": {"k": 1}},
+    {"id": "nested", "question": "Capital of France?", "answer": "Paris"},
+    {"id": "passed", "question": "Capital of France?", "answer": "Paris"},
+    {"id": "plain", "question": "Capital of France?", "answer": "Paris", "level": "easy"},
+    {"id": "no-truth", "question": "Say anything"},
+    {"id": "unauthorized", "question": "Q", "answer": "A"},
+    {"id": "flaky", "question": "Capital of France?", "answer": "Paris"},
+    {"id": "broken", "question": "Q", "answer": "A"},
+    {"id": "slow", "question": "Q", "answer": "A"},
+    {"id": "not-json", "question": "Q", "answer": "A"},
+    {"id": "no-output", "question": "Q", "answer": "A"},
+]
+
+
+@dataclass
+class Seen:
+    payload: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass
+class EndpointServer:
+    url: str
+    requests: list[Seen] = field(default_factory=list)
+
+    def asked(self, row: str) -> list[Seen]:
+        return [s for s in self.requests if s.payload["attempt"]["id"].endswith(f"/{row}__1")]
+
+
+def reply_for(row: str, asked_before: int, headers: dict[str, str]) -> tuple[int, bytes, float]:
+    """(status, body, seconds to wait first) for the row's behaviour."""
+    replies: dict[str, tuple[int, Any]] = {
+        "score": (200, {"output": "Paris", "score": 0.25}),
+        "nested": (200, {"output": "Lyon", "score": {"score": 0.9}, "passed": True}),
+        "passed": (200, {"output": "Paris", "passed": False}),
+        "plain": (200, {"output": " Paris "}),
+        "no-truth": (200, {"output": "anything", "score": 0.7}),
+        "task": (200, {"output": "42", "passed": True}),
+        "no-output": (200, {"score": 1}),
+        "broken": (500, {"error": "the agent crashed"}),
+        # An endpoint that shows what it was sent: the runner must scrub it.
+        "unauthorized": (401, {"detail": f"bad token: {headers.get('authorization')}"}),
+    }
+    if row == "flaky" and asked_before == 0:
+        return 429, b'{"error": "slow down"}', 0.0
+    if row == "flaky":
+        return 200, b'{"output": "Paris"}', 0.0
+    if row == "slow":
+        return 200, b'{"output": "too late"}', 3.0
+    if row == "not-json":
+        return 200, b"<html>oops</html>", 0.0
+    status, body = replies[row]
+    return status, json.dumps(body).encode(), 0.0
+
+
+@pytest.fixture
+def endpoint() -> Iterator[EndpointServer]:
+    lock = threading.Lock()
+    server_state = EndpointServer(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            payload = json.loads(body)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            row = payload["attempt"]["id"].rsplit("/", 1)[-1].removesuffix("__1")
+            with lock:
+                before = len(server_state.asked(row))
+                server_state.requests.append(Seen(payload, headers))
+            status, data, wait = reply_for(row, before, headers)
+            time.sleep(wait)
+            try:
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", "0")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the runner gave up waiting (the slow row)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server_state.url = f"http://127.0.0.1:{server.server_address[1]}/rollout/eval"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server_state
+    server.shutdown()
+    server.server_close()
+
+
+def endpoint_agent(url: str, timeout_sec: float = 1.0) -> dict[str, Any]:
+    return {
+        "endpoint": url,
+        "timeoutSec": timeout_sec,
+        "headers": [
+            {"name": "Authorization", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            {"name": "X-Team", "value": "evals"},
+        ],
+    }
+
+
+def everything_under(store: ObjectStore, prefix: str) -> bytes:
+    return b"".join(store.get_bytes(key) for key in store.list_keys(prefix))
+
+
+async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorded(
+    tmp_path: Path, fast_retry_store: ObjectStore, endpoint: EndpointServer
+) -> None:
+    store = fast_retry_store
+    content_hash, verifier = publish_rows(store, write_dataset(tmp_path / "dataset", ROWS))
+    ids = [r["id"] for r in ROWS]
+    spec = shard_spec(
+        store,
+        content_hash,
+        verifier,
+        ids,
+        agent=AGENT,
+        execute=None,  # type: ignore[arg-type]
+        spec_fields={"agent_fields": endpoint_agent(endpoint.url)},
+    )
+    assert not spec.needs_environment  # the Pod holds the runner alone
+    agent_env = resolve_agent_env(spec.agent, {"ROLLOUT_AGENT_HEADER_0": SECRET_HEADER})
+    report = await run_shard(
+        spec,
+        NoEnvironment(),
+        store,
+        agent_env=agent_env,
+        options=RunnerOptions(work_dir=tmp_path / "work", upload_timeout_sec=30.0),
+    )
+    assert (report.upload_errors, report.error) == ([], None)
+    results = {
+        row: TrialResult.from_json(row_files(store, row, AGENT)["result.json"]) for row in ids
+    }
+
+    def error_of(row: str) -> tuple[ErrorType | None, str]:
+        error = results[row].error
+        return (error.type, error.message) if error else (None, "")
+
+    # The exact payload, every key, and the headers.
+    (seen,) = endpoint.asked("score")
+    trace_id = results["score"].rollout.trace_id  # type: ignore[union-attr]
+    assert trace_id is not None
+    attempt = f"{AGENT}/{DATASET}/score__1"
+    assert seen.payload == {
+        "benchmark": {"id": DATASET, "name": DATASET},
+        "run": {"id": JOB},
+        "attempt": {"id": attempt, "traceId": trace_id},
+        "task": {
+            "instruction": "Capital of France?",
+            "input": {"question": "Capital of France?", "kwargs": {"k": 1}},
+            "metadata": {},
+        },
+        "trace": {"context": {"run_id": JOB, "rollout_id": attempt, "trace_id": trace_id}},
+    }
+    assert seen.headers["authorization"] == SECRET_HEADER
+    assert seen.headers["x-team"] == "evals"
+    assert seen.headers["content-type"] == "application/json"
+    traceparent = parse_traceparent(seen.headers["traceparent"])
+    assert traceparent is not None
+    assert traceparent.trace_id == trace_id
+    assert endpoint.asked("plain")[0].payload["task"]["metadata"] == {"level": "easy"}
+    # A fresh trace per attempt.
+    traces = {r.rollout.trace_id for r in results.values() if r.rollout}
+    assert len(traces) == len(ids)
+
+    # Each reply shape: the row's metric gives the reward, the endpoint's score is kept beside.
+    def evaluation(row: str) -> dict[str, Any] | None:
+        additions = results[row].model_dump(mode="json")["rollout"]
+        return additions.get("evaluation")
+
+    assert (results["score"].reward, evaluation("score")) == (1, {"score": 0.25, "passed": None})
+    assert (results["nested"].reward, evaluation("nested")) == (0, {"score": 0.9, "passed": True})
+    assert (results["passed"].reward, evaluation("passed")) == (1, {"score": None, "passed": False})
+    assert (results["plain"].reward, evaluation("plain")) == (1, None)
+    # No ground truth to compare: the endpoint's score is the reward.
+    assert (results["no-truth"].reward, error_of("no-truth")) == (0.7, (None, ""))
+    line = json.loads(row_files(store, "score", AGENT)["row.json"])
+    assert line["predicted_answer"] == "Paris"
+    assert line["rollout"]["trace_id"] == trace_id
+    assert line["rollout"]["evaluation"] == {"score": 0.25, "passed": None}
+    files = row_files(store, "score", AGENT)
+    assert json.loads(files["logs/agent/request.json"]) == seen.payload
+    assert json.loads(files["logs/agent/response.json"]) == {"output": "Paris", "score": 0.25}
+    assert files["logs/agent/answer.txt"] == b"Paris"
+
+    # Failures, each with its type and a message saying what happened.
+    kind, message = error_of("unauthorized")
+    assert kind is ErrorType.AGENT_EXECUTION_FAILED
+    assert "HTTP 401" in message
+    assert "bad token" in message
+    assert len(endpoint.asked("unauthorized")) == 1  # a 401 is not retried
+    assert (results["flaky"].reward, len(endpoint.asked("flaky"))) == (1, 2)  # 429, then 200
+    kind, message = error_of("broken")
+    assert kind is ErrorType.AGENT_EXECUTION_FAILED
+    assert "HTTP 500" in message
+    assert "4 time(s)" in message
+    assert len(endpoint.asked("broken")) == 4  # the first try and three retries
+    assert error_of("slow")[0] is ErrorType.AGENT_EXECUTION_TIMEOUT
+    assert len(endpoint.asked("slow")) == 1  # a request that timed out is never sent again
+    kind, message = error_of("not-json")
+    assert (kind, "not JSON" in message) == (ErrorType.AGENT_EXECUTION_FAILED, True)
+    kind, message = error_of("no-output")
+    assert (kind, "no 'output'" in message) == (ErrorType.AGENT_EXECUTION_FAILED, True)
+    for row in ("unauthorized", "broken", "slow", "not-json", "no-output"):
+        assert results[row].reward is None
+        assert json.loads(row_files(store, row, AGENT)["row.json"])["success"] is False
+
+    # The Secret-backed header (and its token alone) is nowhere in what the runner wrote.
+    written = everything_under(store, job_prefix(store.prefix, JOB))
+    assert TOKEN.encode() not in written
+    assert b"***" in row_files(store, "unauthorized", AGENT)["error.txt"]
+
+
+@requires_fake_container()
+async def test_a_task_asks_the_endpoint_and_its_verifier_scores_the_answer(
+    tmp_path: Path, fast_retry_store: ObjectStore, endpoint: EndpointServer
+) -> None:
+    store = fast_retry_store
+    content_hash = publish_task(store, "endpoint-answer")
+    spec = make_spec(
+        store,
+        "task",  # the server answers "42" to the row id "task"
+        content_hash,
+        agent=AGENT,
+        agent_fields=endpoint_agent(endpoint.url, timeout_sec=5.0),
+    )
+    assert spec.needs_environment  # the task's verifier runs in it
+    agent_env = resolve_agent_env(spec.agent, {"ROLLOUT_AGENT_HEADER_0": SECRET_HEADER})
+    report = await run_in_fake_container(tmp_path, spec, store, agent_env=agent_env)
+    result = report.result
+    assert result.error is None
+    assert result.reward == 1  # the task's verifier read /logs/agent/answer.txt
+    assert result.model_dump(mode="json")["rollout"]["evaluation"] == {
+        "score": None,
+        "passed": True,
+    }
+    (seen,) = endpoint.asked("task")
+    task = seen.payload["task"]
+    assert task["instruction"].startswith("What is six times seven?")
+    assert task["input"] == {}
+    assert task["metadata"]["category"] == "arithmetic"
+    assert result.durations.agent_execution_sec is not None
+    assert result.durations.agent_setup_sec is None  # nothing to install
