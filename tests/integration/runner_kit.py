@@ -7,6 +7,7 @@ and are published into the test's S3 bucket the way the CLI publishes them: the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,13 @@ async def run_in_fake_container(
     """Run the trial with a fresh fake container as its environment; the container is gone after."""
     with fake_container(new_container_dir(tmp_path), shell) as container:
         return await run_in(container, tmp_path, spec, store, agent_env=agent_env, **options)
+
+
+def traced(additions: dict[str, Any]) -> dict[str, Any]:
+    """A result.json's `rollout` object without its `trace_id`, which every record the runner
+    writes has, fresh (checked here to be a W3C trace id)."""
+    rest = dict(additions)
+    trace_id = rest.pop("trace_id")
+    assert re.fullmatch(r"[0-9a-f]{32}", trace_id), trace_id
+    assert trace_id.strip("0")
+    return rest

@@ -1,6 +1,7 @@
-"""Endpoint agents (seed 003) run by the real runner against an HTTP server on loopback written
-here: data rows in a runner-only shard (no environment), and a task in a fake container whose
-verifier scores the answer the runner wrote to /logs/agent/.
+"""Endpoint agents (seed 003), and a model agent on a task, run by the real runner against HTTP
+servers on loopback written in the tests: data rows in a runner-only shard (no environment),
+and a task in a fake container whose verifier scores the answer the runner wrote to
+/logs/agent/.
 
 The server plays one behaviour per row (chosen by the row id at the end of `attempt.id`) and
 records every request it got: the exact payload, the headers (the Secret-backed Authorization,
@@ -19,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_kit import DATASET, JOB, make_spec, publish_task, run_in_fake_container
+from chat_kit import API_KEY, chat_server, completion, tool_call, usage
+from runner_kit import (
+    DATASET,
+    JOB,
+    make_spec,
+    publish_task,
+    run_in_fake_container,
+    trial_objects,
+)
 from test_runner_shards import publish_rows, row_files, shard_spec, write_dataset
 
 from fakecontainer import requires_fake_container
@@ -288,3 +297,51 @@ async def test_a_task_asks_the_endpoint_and_its_verifier_scores_the_answer(
     assert task["metadata"]["category"] == "arithmetic"
     assert result.durations.agent_execution_sec is not None
     assert result.durations.agent_setup_sec is None  # nothing to install
+
+
+@requires_fake_container()
+async def test_a_model_agent_answers_a_task_and_its_verifier_scores_the_answer(
+    tmp_path: Path, fast_retry_store: ObjectStore
+) -> None:
+    """The same task with a model agent: the runner converses with the model (here after one
+    tool call it cannot make), writes the final answer to /logs/agent/answer.txt with the
+    trajectory, and the task's verifier scores it."""
+    store = fast_retry_store
+    content_hash = publish_task(store, "endpoint-answer")
+    with chat_server() as server:
+        server.queue(
+            completion(None, tool_calls=[tool_call("c1", "calculator", {"x": "6*7"})]),
+            completion("<answer>42</answer>", usage=usage(30, 5)),
+        )
+        spec = make_spec(
+            store,
+            "task",
+            content_hash,
+            agent="llm",
+            agent_fields={
+                "model": {
+                    "name": "test-model",
+                    "baseUrl": server.base_url,
+                    "apiKey": {"name": "s", "key": "k"},
+                    "maxTurns": 3,
+                }
+            },
+        )
+        agent_env = resolve_agent_env(spec.agent, {"ROLLOUT_AGENT_MODEL_API_KEY": API_KEY})
+        report = await run_in_fake_container(tmp_path, spec, store, agent_env=agent_env)
+    result = report.result
+    assert result.error is None
+    assert result.reward == 1
+    additions = result.model_dump(mode="json")["rollout"]
+    assert additions["usage"] == {"input_tokens": 30, "output_tokens": 5, "total_tokens": 35}
+    first, second = server.seen
+    assert first.body["messages"][-1]["content"].startswith("What is six times seven?")
+    assert second.body["messages"][-1]["role"] == "tool"  # no tools here, said to the model
+    traceparent = parse_traceparent(first.headers["traceparent"])
+    assert traceparent is not None
+    assert traceparent.trace_id == additions["trace_id"]
+    files = trial_objects(store, spec)
+    trajectory = json.loads(files["logs/agent/trajectory.json"])
+    assert (trajectory["total_turns"], trajectory["final_answer"]) == (2, "42")
+    assert files["logs/agent/answer.txt"] == b"42"
+    assert API_KEY.encode() not in b"".join(files.values())

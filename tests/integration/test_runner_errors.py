@@ -14,6 +14,7 @@ from runner_kit import (
     publish_task,
     run_in,
     run_in_fake_container,
+    traced,
     trial_objects,
 )
 
@@ -73,7 +74,7 @@ async def test_an_install_that_exits_non_zero_is_agent_install_failed(
     # Whose failure it is, under the project's one key after the seed's fields.
     written = json.loads(objects["result.json"])
     assert list(written)[-1] == "rollout"
-    assert written["rollout"] == {"failure_class": "agent"}
+    assert traced(written["rollout"]) == {"failure_class": "agent"}
 
 
 async def test_an_install_that_overruns_is_agent_install_timeout(
@@ -123,7 +124,7 @@ async def test_an_agent_that_exits_non_zero_is_agent_execution_failed_and_skips_
     objects = trial_objects(fast_retry_store, spec)
     assert objects["command/stdout.txt"] == b""
     assert_verifier_skipped(report, objects)
-    assert json.loads(objects["result.json"])["rollout"] == {"failure_class": "agent"}
+    assert traced(json.loads(objects["result.json"])["rollout"]) == {"failure_class": "agent"}
 
 
 async def test_an_agent_that_overruns_is_agent_execution_timeout_and_leaves_no_process(
@@ -197,7 +198,7 @@ async def test_verifier_outcomes(
     assert objects["error.txt"].decode().startswith(f"{error_type}: {message}")
     assert "logs/verifier/stdout.txt" in objects
     # The oracle ran the task's own solution: whatever failed here is the task's.
-    assert json.loads(objects["result.json"])["rollout"] == {"failure_class": "task"}
+    assert traced(json.loads(objects["result.json"])["rollout"]) == {"failure_class": "task"}
 
 
 async def test_a_verifier_that_fails_after_writing_reward_1_gets_no_reward(
@@ -349,7 +350,7 @@ async def test_a_teardown_failure_is_recorded_and_the_reward_kept(
     objects = trial_objects(fast_retry_store, spec)
     written = json.loads(objects["result.json"])
     assert written["reward"] == 1.0
-    assert written["rollout"] == {"failure_class": "infrastructure"}
+    assert traced(written["rollout"]) == {"failure_class": "infrastructure"}
     assert objects["error.txt"].decode().startswith("environment_teardown_failed: ")
 
 

@@ -14,6 +14,7 @@ from runner_kit import (
     make_spec,
     publish_task,
     run_in_fake_container,
+    traced,
     trial_objects,
     trial_prefix_of,
 )
@@ -64,7 +65,7 @@ async def test_the_oracle_passes_and_every_object_lands_at_its_key(
     document = json.loads(objects["result.json"])
     seed = json.loads(SEED_RESULT.read_text())
     assert list(document) == [*seed, "rollout"]
-    assert document["rollout"] == {"failure_class": None}  # no error
+    assert traced(document["rollout"]) == {"failure_class": None}  # no error
     assert list(document["durations"]) == list(seed["durations"])
     assert list(document["timestamps"]) == list(seed["timestamps"])
     result = TrialResult.from_json(objects["result.json"])
