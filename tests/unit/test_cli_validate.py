@@ -261,8 +261,8 @@ def test_a_directory_above_a_dataset_says_where_it_looked_and_where_the_tasks_ar
     assert code == 1
     assert lines == [
         f"error {REPO / 'examples'}: no tasks found: a dataset directory holds task directories, "
-        "and none of its 3 subdirectories (benchmarks, built, tasks) is a task (a task is a "
-        "directory with "
+        "and none of its 4 subdirectories (agents, benchmarks, built, tasks) is a task (a task is "
+        "a directory with "
         "instruction.md, task.toml, environment/ and tests/test.sh (or tests/evaluate.py)); these "
         "hold tasks, and are "
         f"datasets: {REPO / 'examples' / 'built'}, {REPO / 'examples' / 'tasks'}"
