@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -130,6 +131,58 @@ async def test_a_request_cancelled_before_the_shim_takes_it_never_runs(
     assert not (request / "rc").exists()
 
 
+# -- waiting for requests: the wake FIFO (protocol 2) ---------------------------------------------
+
+
+@requires_fake_container()
+@pytest.mark.parametrize("shell", shell_params())
+async def test_the_shim_waits_on_its_wake_fifo_and_its_ticker_survives_kill_all(
+    shell: str, tmp_path: Path
+) -> None:
+    with fake_container(tmp_path, shell) as container:
+        environment = await ready_env(container)
+        assert environment.info is not None
+        assert environment.info.version == 2
+        wake = container.control_dir / shim.WAKE_FIFO
+        assert stat.S_ISFIFO(wake.stat().st_mode)
+        assert stat.S_IMODE(wake.stat().st_mode) == 0o600
+        # The shim (PID 1) holds it open on fd 3 (read-write: a wake is never lost), and no
+        # command it runs inherits that descriptor.
+        init = container.init_host_pid()
+        assert init is not None
+        assert os.readlink(f"/proc/{init}/fd/3").endswith(f"/{shim.WAKE_FIFO}")
+        inherited = await environment.run("readlink /proc/$$/fd/3 || echo none", timeout_sec=10)
+        assert inherited.stdout == b"none\n"
+
+        # kill-all spares the ticker (in the shim's group), and requests go on being served.
+        await environment.kill_all()
+        again = await environment.run("echo alive", timeout_sec=10)
+        assert again.stdout == b"alive\n"
+
+
+@requires_fake_container()
+async def test_a_request_nobody_wakes_the_shim_for_is_taken_by_the_next_tick(
+    container: FakeContainer,
+) -> None:
+    """A runner that cannot write the FIFO (or an older one that never does) still gets its
+    answer: the shim's ticker wakes it every second."""
+    await eventually((container.control_dir / "ready").exists, "the shim writes ready")
+    request = submit(container.control_dir, "00000001-cccccc", "run", {"cmd": "echo ticked"})
+    await eventually((request / "rc").exists, "the shim answers on its ticker", within=10)
+    assert (request / "out").read_text() == "ticked\n"
+
+
+@requires_fake_container()
+async def test_without_mkfifo_the_shim_speaks_protocol_1_and_polls(tmp_path: Path) -> None:
+    with fake_container(tmp_path, "/bin/sh", hide=["mkfifo"]) as container:
+        environment = await ready_env(container)
+        assert environment.info is not None
+        assert environment.info.version == 1
+        assert not (container.control_dir / shim.WAKE_FIFO).exists()
+        result = await environment.run("echo polled", timeout_sec=10)
+        assert result.stdout == b"polled\n"
+
+
 # -- fallbacks on images without the usual tools --------------------------------------------------
 
 
@@ -140,6 +193,7 @@ async def test_without_setsid_kills_still_reach_the_whole_tree(shell: str, tmp_p
         environment = await ready_env(container)
         assert environment.info is not None
         assert not environment.info.has_setsid
+        assert environment.info.version == 1  # the wake FIFO's ticker needs setsid: polling
         command = "sh -c 'trap \"\" TERM; exec sleep 4321' & (sleep 4322 &) ; sleep 4323"
         result = await environment.run(command, timeout_sec=1)
         assert result.timed_out

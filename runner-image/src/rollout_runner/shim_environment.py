@@ -1,8 +1,9 @@
 """`ShimEnvironment`: the trial Pod's environment container, driven through the shim's control dir.
 
 The runner and the shim share only a directory (see `rollout.api.wire.shim` for the protocol).
-Each operation writes a request there and polls, with short asyncio sleeps, for the shim's answer;
-the runner enforces every timeout itself and asks the shim to kill what overstays.
+Each operation writes a request there, wakes the shim (protocol 2: a line into its FIFO; a shim of
+protocol 1 polls) and polls, with short asyncio sleeps, for the shim's answer; the runner enforces
+every timeout itself and asks the shim to kill what overstays.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rollout_runner.shim_requests import (
     one_line,
     read_result,
     request_file_exists,
+    wake_shim,
     write_request,
 )
 
@@ -97,10 +99,10 @@ class ShimEnvironment(Environment):
                 f"(no {ready}): the environment container did not start or has no /bin/sh"
             )
         info = ShimInfo.parse(await asyncio.to_thread(ready.read_text, encoding="utf-8"))
-        if info.version != shim.PROTOCOL_VERSION:
+        if info.version not in shim.PROTOCOL_VERSIONS:
+            versions = " and ".join(str(v) for v in shim.PROTOCOL_VERSIONS)
             raise EnvironmentFailure(
-                f"the shim speaks protocol version {info.version}, "
-                f"this runner version {shim.PROTOCOL_VERSION}"
+                f"the shim speaks protocol version {info.version}, this runner versions {versions}"
             )
         self.info = info
         # Who the shim is on this side: the owner of the file it wrote. Its `uid` is as the
@@ -262,6 +264,8 @@ class ShimEnvironment(Environment):
     ) -> Path:
         request = self._requests / self._new_id()
         await asyncio.to_thread(write_request, request, line, files, secret, self._shim_owner())
+        if self.info is not None and self.info.version >= shim.WAKE_VERSION:
+            wake_shim(self.control_dir / shim.WAKE_FIFO)
         log.debug("shim request %s: %s", request.name, line.split()[0])
         return request
 

@@ -4,6 +4,7 @@ for the protocol itself)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -15,6 +16,8 @@ from rollout.api.wire import shim
 from rollout_runner.environment import EnvironmentFailure
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,24 @@ def write_request(
     (request / shim.GO_TEMP_FILE).write_text(line + "\n", encoding="utf-8")
     # The rename is what the shim waits for: the request is complete once `go` exists.
     os.rename(request / shim.GO_TEMP_FILE, request / shim.GO_FILE)
+
+
+def wake_shim(fifo: Path) -> None:
+    """Write one line into the shim's wake FIFO, without ever blocking: the shim holds it open,
+    so the write lands in the pipe even while the shim is busy. A write that cannot be made (a
+    full pipe holds wakes already; a FIFO the runner may not open) is left to the shim's
+    one-second ticker."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as err:
+        log.debug("cannot open the shim's wake FIFO %s: %s", fifo, err)
+        return
+    try:
+        os.write(fd, b"\n")
+    except OSError as err:
+        log.debug("cannot wake the shim through %s: %s", fifo, err)
+    finally:
+        os.close(fd)
 
 
 def give_to(tree: Path, owner: int | None) -> None:

@@ -8,15 +8,24 @@ emptyDir mounted at `CONTROL_DIR` in both containers. The operator puts the shim
 
 Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
 
-- Ready: at start the shim creates `req/` and writes `ready` (temp file, then rename) with
-  `key=value` lines: `version`, `pid`, `dir` (the control directory as the shim sees it, for paths
-  in commands), `cwd` (the container's working directory), `setsid` (`setsid` or empty), `su` (the
-  tool used to switch user: `su`, `runuser`, `setpriv` or empty), `uid`.
+- Ready: at start the shim creates `req/` (and, version 2, `wake`) and writes `ready` (temp
+  file, then rename) with `key=value` lines: `version` (1 or 2, below), `pid`, `dir` (the
+  control directory as the shim sees it, for paths in commands), `cwd` (the container's working
+  directory), `setsid` (`setsid` or empty), `su` (the tool used to switch user: `su`,
+  `runuser`, `setpriv` or empty), `uid`.
 - Requests: the runner creates `req/<id>/` (ids sort in submission order), writes the request's
-  files into it, then renames `go.tmp` to `go`. The shim polls `req/*/go` every 0.05 s for about
-  2 s after a request and every 0.25 s when idle (every 1 s where `sleep` takes no fractions),
-  and claims a request by renaming `go` to `taken`; a runner that renames `go` away first has
-  cancelled the request before it started. `go` holds one line:
+  files into it, then renames `go.tmp` to `go`. The shim scans `req/*/go` and claims a request
+  by renaming `go` to `taken`; a runner that renames `go` away first has cancelled the request
+  before it started. Between scans:
+  - version 2 (an image with `mkfifo` and `setsid`): the shim makes the FIFO `wake` (mode 0600)
+    and holds it open read-write, so a writer never blocks and no wake is lost while it scans;
+    it blocks reading one line from it. The runner writes a line after each request (open
+    non-blocking, never waiting); a ticker of the shim's writes one every second as well, in
+    case a wake could not be written. So a request is taken at once, and an idle shim runs
+    one `sleep` a second, not twenty.
+  - version 1 (neither): the shim polls every 0.05 s for about 2 s after a request and every
+    0.25 s when idle (every 1 s where `sleep` takes no fractions).
+  `go` holds one line:
   - `run`: run the command in `cmd` with `/bin/sh -c`. Optional files: `env` (lines
     `export NAME='value'`, mode 0600, deleted by the shim before the command starts; the values
     travel in the command's environment as `_RS_ENV` and are applied after any user switch, so
@@ -48,10 +57,16 @@ from importlib import resources
 CONTROL_DIR = "/rollout"
 """Where the control directory (an emptyDir) is mounted, in the runner and the environment."""
 
-PROTOCOL_VERSION = 1
-"""The `version` the shim writes to `ready`; the runner refuses a shim that speaks another."""
+PROTOCOL_VERSION = 2
+"""The `version` the shim writes to `ready` when it can wait on its wake FIFO (1 when it polls:
+an image without mkfifo or setsid)."""
+WAKE_VERSION = 2
+"""From this version on, the runner wakes the shim after each request (`WAKE_FIFO`)."""
+PROTOCOL_VERSIONS = (1, 2)
+"""The versions this runner speaks; it refuses a shim of another."""
 
 READY_FILE = "ready"
+WAKE_FIFO = "wake"
 REQUESTS_DIR = "req"
 TRANSFER_DIR = "xfer"
 

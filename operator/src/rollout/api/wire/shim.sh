@@ -88,9 +88,19 @@ all_() {
   if zap "$2" >"$1/out"; then fin "$1" 0; else fin "$1" 1; fi
 }
 
-printf 'version=1\npid=%s\ndir=%s\ncwd=%s\nsetsid=%s\nsu=%s\nuid=%s\n' \
-  $$ "$C" "$W" "$S" "$U" "$(id -u 2>/dev/null)" >"$C/.ready" && mv "$C/.ready" "$C/ready" || exit 125
-echo "rollout-shim: ready, pid $$, control dir $C" >&2
+# Version 2 blocks on the FIFO $C/wake, which the runner writes a line to after each request
+# (held open read-write here, so no wake is lost while a scan runs); a ticker writes one every
+# second in case one is. It needs setsid (the ticker and its sleeps stay in the shim's group,
+# which kill-all spares). Without mkfifo or setsid: version 1, polling.
+V=1 TK=
+if [ -n "$S" ] && rm -f "$C/wake" && mkfifo -m 600 "$C/wake" 2>/dev/null \
+  && command exec 3<>"$C/wake" 2>/dev/null
+then V=2; (while sleep 1 && kill -0 $$ 2>/dev/null; do echo; done) >&3 & TK=$!; X="$X$TK "
+fi
+printf 'version=%s\npid=%s\ndir=%s\ncwd=%s\nsetsid=%s\nsu=%s\nuid=%s\n' \
+  $V $$ "$C" "$W" "$S" "$U" "$(id -u 2>/dev/null)" >"$C/.ready" && mv "$C/.ready" "$C/ready" \
+  || exit 125
+echo "rollout-shim: ready (protocol $V), pid $$, control dir $C" >&2
 i=0
 while :; do
   for g in "$Q"/*/go; do
@@ -99,13 +109,16 @@ while :; do
     mv "$g" "$d/taken" 2>/dev/null || continue
     read -r o a b <"$d/taken"; i=0
     case $o in
-      run) run_ "$d" & H="$H $!" ;;
-      kill) kill_ "$d" "$a" "$b" & H="$H $!" ;;
-      killall) all_ "$d" "$a" & H="$H $!" ;;
-      exit) fin "$d" 0; echo "rollout-shim: exit $a" >&2; exit "$a" ;;
+      run) run_ "$d" 3<&- & H="$H $!" ;;
+      kill) kill_ "$d" "$a" "$b" 3<&- & H="$H $!" ;;
+      killall) all_ "$d" "$a" 3<&- & H="$H $!" ;;
+      exit) fin "$d" 0; echo "rollout-shim: exit $a" >&2; [ -z "$TK" ] || kill $TK; exit "$a" ;;
       *) echo "rollout-shim: unknown request $o" >"$d/err"; fin "$d" 2 ;;
     esac
   done
-  # Poll fast for about 2 s after a request, then gently.
-  i=$((i + 1)); if [ $i -gt 40 ]; then sleep $L; else sleep $P; fi
+  # Version 2: wait for the next wake. Version 1: poll fast for about 2 s after a request,
+  # then gently.
+  if [ $V = 2 ]; then read -r _ <&3
+  else i=$((i + 1)); if [ $i -gt 40 ]; then sleep $L; else sleep $P; fi
+  fi
 done
