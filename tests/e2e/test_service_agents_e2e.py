@@ -1,8 +1,8 @@
-"""An endpoint agent (seed 003) end to end on a real cluster, as a user runs it: an agent
-service in the cluster (a Pod and a Service that answer seed 003's payload: the sum of the two
-numbers of the question, and a score), and `rollout run` of a job of 6 rows whose agent is that
-endpoint, its Authorization header from the submitter's environment. Each shard's Pod holds the
-runner alone.
+"""An endpoint agent (seed 003) end to end on a real cluster, as a user runs it: the example
+agent service in the cluster (a Pod and a Service answering seed 003's payload with the sum of
+the question's numbers and a score of its own), and `rollout run` of a job of 6 rows whose
+agent is that endpoint, its Authorization header from the submitter's environment. Each
+shard's Pod holds the runner alone.
 
 Settings, from the environment (as test_cli_e2e.py), plus:
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,35 +24,16 @@ from typing import Any
 import pytest
 from test_cli_e2e import rollout
 
+from paths import REPO
+
 pytestmark = pytest.mark.e2e
 
 ROWS = 6
 TOKEN = "e2e-endpoint-token-7f3a"
 
-# The agent service: checks the token, answers the sum with a score of its own.
-SERVER = textwrap.dedent(
-    f"""
-    import json, re
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.headers.get("Authorization") != "Bearer {TOKEN}":
-                status, reply = 401, {{"detail": "unauthorized"}}
-            else:
-                a, b = re.findall(r"\\d+", payload["task"]["instruction"])[:2]
-                status, reply = 200, {{"output": str(int(a) + int(b)), "score": {{"score": 0.9}}}}
-            data = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    HTTPServer(("", 8080), Handler).serve_forever()
-    """
-)
+# The agent service is the example's (examples/agents/arith_endpoint.py): it checks the token,
+# answers "What is A + B?" and scores itself 1.0.
+SERVER = (REPO / "examples" / "agents" / "arith_endpoint.py").read_text()
 
 
 def kube_clients() -> tuple[Any, str]:
@@ -90,7 +70,16 @@ def agent_service() -> Iterator[str]:
                         "name": "agent",
                         "image": image,
                         "imagePullPolicy": "IfNotPresent",
-                        "command": ["python3", "-c", SERVER],
+                        "command": [
+                            "python3",
+                            "-c",
+                            SERVER,
+                            "--host",
+                            "0.0.0.0",
+                            "--port",
+                            "8080",
+                        ],
+                        "env": [{"name": "AGENT_RUN_TOKEN", "value": TOKEN}],
                         "ports": [{"containerPort": 8080}],
                         "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 2},
                     }
@@ -129,7 +118,7 @@ def workdir(tmp_path: Path) -> Path:
     (dataset / "data").mkdir(parents=True)
     (dataset / "dataset.toml").write_text('name = "sums"\n\n[verifier]\nmetric = "exact_match"\n')
     lines = [
-        json.dumps({"id": f"s{i}", "question": f"Add {i} and {2 * i}", "answer": str(3 * i)})
+        json.dumps({"id": f"s{i}", "question": f"What is {i} + {2 * i}?", "answer": str(3 * i)})
         for i in range(ROWS)
     ]
     (dataset / "data" / "test.jsonl").write_text("\n".join(lines) + "\n")
@@ -161,7 +150,7 @@ def test_an_endpoint_agent_answers_a_data_benchmark_end_to_end(
         result = json.loads((trial / "result.json").read_text())
         assert result["error"] is None, result
         assert result["reward"] == 1.0
-        assert result["rollout"]["evaluation"] == {"score": 0.9, "passed": None}
+        assert result["rollout"]["evaluation"] == {"score": 1.0, "passed": True}
         request = json.loads((trial / "logs" / "agent" / "request.json").read_text())
         assert request["attempt"]["traceId"] == result["rollout"]["trace_id"]
     written = b"".join(p.read_bytes() for p in job_dir.rglob("*") if p.is_file())

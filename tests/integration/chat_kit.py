@@ -1,8 +1,7 @@
-"""An OpenAI-compatible chat-completions server on loopback for the model agent's tests: it
-records every request and plays the replies queued, in order, then the last one again.
+"""An OpenAI-compatible chat-completions server on loopback for the model agent's and the judge's
+tests: it records every request and plays the replies queued, in order, then the last one again.
 
-A reply may hold back its answer (`delay_sec`) to play a slow server; `ChatServer.close()`
-releases every held-back reply at once, so a test never waits for it."""
+A reply may hold back its answer (`delay_sec`) to play a slow server (`json_server`)."""
 
 from __future__ import annotations
 
@@ -10,82 +9,44 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from loopback import HOST
+from json_server import JsonServer, Reply, Request
+
+__all__ = ["API_KEY", "ChatServer", "Reply", "chat_server", "completion", "tool_call", "usage"]
 
 API_KEY = "sk-model-test-key-8d2e41a7-never-print-me"
 
 
-@dataclass
-class Reply:
-    status: int = 200
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_sec: float = 0.0
-
-
-@dataclass
-class Seen:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
 class ChatServer:
+    """Plays the replies queued (`queue`), in order, then the last one again."""
+
     def __init__(self) -> None:
         self.replies: list[Reply] = []
-        self.seen: list[Seen] = []
         self._lock = threading.Lock()
-        self._closing = threading.Event()
-        server = self
+        self.server = JsonServer(self._respond)
+        self.base_url = f"{self.server.url}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length))
-                with server._lock:
-                    server.seen.append(Seen(self.path, dict(self.headers), body))
-                    reply = server.replies.pop(0) if len(server.replies) > 1 else server.replies[0]
-                if reply.delay_sec and server._closing.wait(reply.delay_sec):
-                    return
-                self.send_response(reply.status)
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply.body)))
-                self.end_headers()
-                self.wfile.write(reply.body)
+    @property
+    def seen(self) -> list[Request]:
+        return self.server.seen
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.httpd = ThreadingHTTPServer((HOST, 0), Handler)
-        self.base_url = f"http://{HOST}:{self.httpd.server_address[1]}/v1"
+    def _respond(self, request: Request) -> Reply:
+        with self._lock:
+            return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
-
-    def close(self) -> None:
-        self._closing.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @contextmanager
 def chat_server() -> Iterator[ChatServer]:
     server = ChatServer()
-    thread = threading.Thread(
-        target=server.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
+    server.server.start()
     try:
         yield server
     finally:
-        server.close()
-        thread.join(timeout=10)
+        server.server.close()
 
 
 def completion(

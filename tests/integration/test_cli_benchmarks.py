@@ -15,17 +15,14 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from cli_kit import Cli, git, job_status, wait_for_job, wait_for_watch, write_results, write_task
+from json_server import Reply, Request, json_server
 
 from kubeharness.kube import Kube
 from kubeharness.resources import ROLLOUT_JOBS, SECRETS
@@ -422,49 +419,18 @@ def test_run_pulls_a_registry_benchmark_first_and_runs_its_tasks(
     assert "Job from-registry" in done.stdout
 
 
-@dataclass
-class Agent:
-    """seed 003's agent service on loopback: answers arith's questions, wants its token."""
+def arith_agent(token: str) -> Callable[[Request], Reply]:
+    """seed 003's agent service: answers arith's questions, wants its token."""
 
-    requests: list[tuple[dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    def reply(request: Request) -> Reply:
+        if request.headers.get("Authorization") != token:
+            return Reply(401, {"detail": "unauthorized"})
+        found = re.search(r"What is (\d+) ([+*]) (\d+)\?", request.body["task"]["instruction"])
+        assert found is not None, request.body
+        a, op, b = int(found[1]), found[2], int(found[3])
+        return Reply(200, {"output": str(a + b if op == "+" else a * b)})
 
-
-@contextmanager
-def agent_service(token: str) -> Iterator[tuple[str, Agent]]:
-    agent = Agent()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            agent.requests.append((dict(self.headers.items()), body))
-            if self.headers.get("Authorization") != token:
-                self._reply(401, {"detail": "unauthorized"})
-                return
-            found = re.search(r"What is (\d+) ([+*]) (\d+)\?", body["task"]["instruction"])
-            assert found is not None, body
-            a, op, b = int(found[1]), found[2], int(found[3])
-            self._reply(200, {"output": str(a + b if op == "+" else a * b)})
-
-        def _reply(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-    server = ThreadingHTTPServer((HOST, 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{HOST}:{server.server_address[1]}/rollout/eval", agent
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    return reply
 
 
 @needs_host_sandbox
@@ -472,7 +438,8 @@ def test_an_endpoint_benchmark_forwards_headers_and_never_writes_their_values(
     user: User, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert user.rollout(capsys, "benchmarks", "pull", str(arith_copy(user.root))).code == 0
-    with agent_service(HEADER_SECRET) as (url, agent):
+    with json_server(arith_agent(HEADER_SECRET)) as agent:
+        url = f"{agent.url}/rollout/eval"
         done = user.process(
             "benchmarks", "run", "arith", "--agent-endpoint", url,
             "--header", f"Authorization: {HEADER_SECRET}", "--header", "X-Team: evals",
@@ -480,11 +447,11 @@ def test_an_endpoint_benchmark_forwards_headers_and_never_writes_their_values(
             "--environment-type", "local", "--job-name", "endpoint",
         )  # fmt: skip
     assert done.code == 0, done.stderr
-    assert len(agent.requests) == 3
-    for headers, body in agent.requests:
-        assert headers["Authorization"] == HEADER_SECRET
-        assert headers["X-Team"] == "evals"
-        assert set(body) == {"benchmark", "run", "attempt", "task", "trace"}
+    assert len(agent.seen) == 3
+    for request in agent.seen:
+        assert request.headers["Authorization"] == HEADER_SECRET
+        assert request.headers["X-Team"] == "evals"
+        assert set(request.body) == {"benchmark", "run", "attempt", "task", "trace"}
     job_dir = user.root / "jobs" / "endpoint"
     lines = [json.loads(line) for line in (job_dir / "results.jsonl").read_text().splitlines()]
     assert [(r["task_id"], r["score"]) for r in lines] == [

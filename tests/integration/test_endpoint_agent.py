@@ -11,16 +11,13 @@ a literal one, `traceparent`), how many times each row was asked.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from chat_kit import API_KEY, chat_server, completion, tool_call, usage
+from json_server import JsonServer, Reply, Request, json_server
 from runner_kit import (
     DATASET,
     JOB,
@@ -63,23 +60,17 @@ ROWS = [
 ]
 
 
-@dataclass
-class Seen:
-    payload: dict[str, Any]
-    headers: dict[str, str]
+def row_of(request: Request) -> str:
+    """The row an endpoint request is for: the end of its `attempt.id`."""
+    return str(request.body["attempt"]["id"]).rsplit("/", 1)[-1].removesuffix("__1")
 
 
-@dataclass
-class EndpointServer:
-    url: str
-    requests: list[Seen] = field(default_factory=list)
-
-    def asked(self, row: str) -> list[Seen]:
-        return [s for s in self.requests if s.payload["attempt"]["id"].endswith(f"/{row}__1")]
+def asked(server: JsonServer, row: str) -> list[Request]:
+    return [request for request in server.seen if row_of(request) == row]
 
 
-def reply_for(row: str, asked_before: int, headers: dict[str, str]) -> tuple[int, bytes, float]:
-    """(status, body, seconds to wait first) for the row's behaviour."""
+def reply_for(request: Request, asked_before: int) -> Reply:
+    """The row's behaviour."""
     replies: dict[str, tuple[int, Any]] = {
         "score": (200, {"output": "Paris", "score": 0.25}),
         "nested": (200, {"output": "Lyon", "score": {"score": 0.9}, "passed": True}),
@@ -90,58 +81,29 @@ def reply_for(row: str, asked_before: int, headers: dict[str, str]) -> tuple[int
         "no-output": (200, {"score": 1}),
         "broken": (500, {"error": "the agent crashed"}),
         # An endpoint that shows what it was sent: the runner must scrub it.
-        "unauthorized": (401, {"detail": f"bad token: {headers.get('authorization')}"}),
+        "unauthorized": (401, {"detail": f"bad token: {request.headers['authorization']}"}),
     }
+    row = row_of(request)
     if row == "flaky" and asked_before == 0:
-        return 429, b'{"error": "slow down"}', 0.0
+        return Reply(429, {"error": "slow down"}, {"Retry-After": "0"})
     if row == "flaky":
-        return 200, b'{"output": "Paris"}', 0.0
+        return Reply(200, {"output": "Paris"})
     if row == "slow":
-        return 200, b'{"output": "too late"}', 3.0
+        return Reply(200, {"output": "too late"}, delay_sec=3.0)
     if row == "not-json":
-        return 200, b"<html>oops</html>", 0.0
-    status, body = replies[row]
-    return status, json.dumps(body).encode(), 0.0
+        return Reply(200, b"<html>oops</html>")
+    return Reply(*replies[row])
 
 
 @pytest.fixture
-def endpoint() -> Iterator[EndpointServer]:
-    lock = threading.Lock()
-    server_state = EndpointServer(url="")
+def endpoint() -> Iterator[JsonServer]:
+    server: JsonServer
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            payload = json.loads(body)
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            row = payload["attempt"]["id"].rsplit("/", 1)[-1].removesuffix("__1")
-            with lock:
-                before = len(server_state.asked(row))
-                server_state.requests.append(Seen(payload, headers))
-            status, data, wait = reply_for(row, before, headers)
-            time.sleep(wait)
-            try:
-                self.send_response(status)
-                if status == 429:
-                    self.send_header("Retry-After", "0")
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the runner gave up waiting (the slow row)
+    def respond(request: Request) -> Reply:
+        return reply_for(request, len(asked(server, row_of(request))) - 1)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server_state.url = f"http://127.0.0.1:{server.server_address[1]}/rollout/eval"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server_state
-    server.shutdown()
-    server.server_close()
+    with json_server(respond) as server:
+        yield server
 
 
 def endpoint_agent(url: str, timeout_sec: float = 1.0) -> dict[str, Any]:
@@ -160,7 +122,7 @@ def everything_under(store: ObjectStore, prefix: str) -> bytes:
 
 
 async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorded(
-    tmp_path: Path, fast_retry_store: ObjectStore, endpoint: EndpointServer
+    tmp_path: Path, fast_retry_store: ObjectStore, endpoint: JsonServer
 ) -> None:
     store = fast_retry_store
     content_hash, verifier = publish_rows(store, write_dataset(tmp_path / "dataset", ROWS))
@@ -172,7 +134,7 @@ async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorde
         ids,
         agent=AGENT,
         execute=None,  # type: ignore[arg-type]
-        spec_fields={"agent_fields": endpoint_agent(endpoint.url)},
+        spec_fields={"agent_fields": endpoint_agent(f"{endpoint.url}/rollout/eval")},
     )
     assert not spec.needs_environment  # the Pod holds the runner alone
     agent_env = resolve_agent_env(spec.agent, {"ROLLOUT_AGENT_HEADER_0": SECRET_HEADER})
@@ -193,11 +155,11 @@ async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorde
         return (error.type, error.message) if error else (None, "")
 
     # The exact payload, every key, and the headers.
-    (seen,) = endpoint.asked("score")
+    (seen,) = asked(endpoint, "score")
     trace_id = results["score"].rollout.trace_id  # type: ignore[union-attr]
     assert trace_id is not None
     attempt = f"{AGENT}/{DATASET}/score__1"
-    assert seen.payload == {
+    assert seen.body == {
         "benchmark": {"id": DATASET, "name": DATASET},
         "run": {"id": JOB},
         "attempt": {"id": attempt, "traceId": trace_id},
@@ -214,7 +176,7 @@ async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorde
     traceparent = parse_traceparent(seen.headers["traceparent"])
     assert traceparent is not None
     assert traceparent.trace_id == trace_id
-    assert endpoint.asked("plain")[0].payload["task"]["metadata"] == {"level": "easy"}
+    assert asked(endpoint, "plain")[0].body["task"]["metadata"] == {"level": "easy"}
     # A fresh trace per attempt.
     traces = {r.rollout.trace_id for r in results.values() if r.rollout}
     assert len(traces) == len(ids)
@@ -235,7 +197,7 @@ async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorde
     assert line["rollout"]["trace_id"] == trace_id
     assert line["rollout"]["evaluation"] == {"score": 0.25, "passed": None}
     files = row_files(store, "score", AGENT)
-    assert json.loads(files["logs/agent/request.json"]) == seen.payload
+    assert json.loads(files["logs/agent/request.json"]) == seen.body
     assert json.loads(files["logs/agent/response.json"]) == {"output": "Paris", "score": 0.25}
     assert files["logs/agent/answer.txt"] == b"Paris"
 
@@ -244,15 +206,17 @@ async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorde
     assert kind is ErrorType.AGENT_EXECUTION_FAILED
     assert "HTTP 401" in message
     assert "bad token" in message
-    assert len(endpoint.asked("unauthorized")) == 1  # a 401 is not retried
-    assert (results["flaky"].reward, len(endpoint.asked("flaky"))) == (1, 2)  # 429, then 200
+    assert len(asked(endpoint, "unauthorized")) == 1  # a 401 is not retried
+    assert (results["flaky"].reward, len(asked(endpoint, "flaky"))) == (1, 2)  # 429, then 200
     kind, message = error_of("broken")
     assert kind is ErrorType.AGENT_EXECUTION_FAILED
     assert "HTTP 500" in message
     assert "4 time(s)" in message
-    assert len(endpoint.asked("broken")) == 4  # the first try and three retries
-    assert error_of("slow")[0] is ErrorType.AGENT_EXECUTION_TIMEOUT
-    assert len(endpoint.asked("slow")) == 1  # a request that timed out is never sent again
+    assert len(asked(endpoint, "broken")) == 4  # the first try and three retries
+    kind, message = error_of("slow")
+    assert kind is ErrorType.AGENT_EXECUTION_TIMEOUT
+    assert "no answer within 1 seconds" in message  # the request's limit, not the attempt's
+    assert len(asked(endpoint, "slow")) == 1  # a request that timed out is never sent again
     kind, message = error_of("not-json")
     assert (kind, "not JSON" in message) == (ErrorType.AGENT_EXECUTION_FAILED, True)
     kind, message = error_of("no-output")
@@ -269,7 +233,7 @@ async def test_rows_are_posted_seed_003_payloads_and_each_reply_shape_is_recorde
 
 @requires_fake_container()
 async def test_a_task_asks_the_endpoint_and_its_verifier_scores_the_answer(
-    tmp_path: Path, fast_retry_store: ObjectStore, endpoint: EndpointServer
+    tmp_path: Path, fast_retry_store: ObjectStore, endpoint: JsonServer
 ) -> None:
     store = fast_retry_store
     content_hash = publish_task(store, "endpoint-answer")
@@ -278,7 +242,7 @@ async def test_a_task_asks_the_endpoint_and_its_verifier_scores_the_answer(
         "task",  # the server answers "42" to the row id "task"
         content_hash,
         agent=AGENT,
-        agent_fields=endpoint_agent(endpoint.url, timeout_sec=5.0),
+        agent_fields=endpoint_agent(f"{endpoint.url}/rollout/eval", timeout_sec=5.0),
     )
     assert spec.needs_environment  # the task's verifier runs in it
     agent_env = resolve_agent_env(spec.agent, {"ROLLOUT_AGENT_HEADER_0": SECRET_HEADER})
@@ -290,8 +254,8 @@ async def test_a_task_asks_the_endpoint_and_its_verifier_scores_the_answer(
         "score": None,
         "passed": True,
     }
-    (seen,) = endpoint.asked("task")
-    task = seen.payload["task"]
+    (seen,) = asked(endpoint, "task")
+    task = seen.body["task"]
     assert task["instruction"].startswith("What is six times seven?")
     assert task["input"] == {}
     assert task["metadata"]["category"] == "arithmetic"

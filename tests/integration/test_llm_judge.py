@@ -5,16 +5,13 @@ loopback: the request it sends, a score, a reply without one, retries on 429 (Re
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from chat_kit import ChatServer, Reply, chat_server, completion
 
 from loopback import HOST
 from rollout_runner.judge import (
@@ -32,86 +29,13 @@ FAST = 0.01
 """The first backoff of the tests: retries take milliseconds."""
 
 
-@dataclass
-class Answer:
-    status: int = 200
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Seen:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-class JudgeServer:
-    """A chat-completions endpoint that gives the answers queued, then the last one again."""
-
-    def __init__(self) -> None:
-        self.answers: list[Answer] = []
-        self.seen: list[Seen] = []
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length))
-                with server._lock:
-                    server.seen.append(Seen(self.path, dict(self.headers), body))
-                    answer = server.answers.pop(0) if len(server.answers) > 1 else server.answers[0]
-                self.send_response(answer.status)
-                for name, value in answer.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.end_headers()
-                self.wfile.write(answer.body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.httpd = ThreadingHTTPServer((HOST, 0), Handler)
-        self.base_url = f"http://{HOST}:{self.httpd.server_address[1]}/v1"
-
-    def queue(self, *answers: Answer) -> None:
-        self.answers.extend(answers)
-
-
-def completion(content: str | None) -> Answer:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "model": "judge-model",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-    }
-    return Answer(body=json.dumps(body).encode())
-
-
 @pytest.fixture
-def server() -> Iterator[JudgeServer]:
-    judge_server = JudgeServer()
-    thread = threading.Thread(
-        target=judge_server.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
-        yield judge_server
-    finally:
-        judge_server.httpd.shutdown()
-        judge_server.httpd.server_close()
-        thread.join(timeout=10)
+def server() -> Iterator[ChatServer]:
+    with chat_server() as found:
+        yield found
 
 
-def settings(server: JudgeServer, **overrides: Any) -> JudgeSettings:
+def settings(server: ChatServer, **overrides: Any) -> JudgeSettings:
     values: dict[str, Any] = {
         "model": "judge-model",
         "base_url": server.base_url,
@@ -136,7 +60,7 @@ def ask(judge_settings: JudgeSettings, backoff_initial_sec: float = FAST) -> Jud
 # --- the request ------------------------------------------------------------------------------
 
 
-def test_the_request_carries_the_settings_and_the_key(server: JudgeServer) -> None:
+def test_the_request_carries_the_settings_and_the_key(server: ChatServer) -> None:
     server.queue(completion("Correct.\nSCORE: 1.0"))
     ask(
         settings(
@@ -162,7 +86,7 @@ def test_the_request_carries_the_settings_and_the_key(server: JudgeServer) -> No
     assert "Reference answer:\nParis" in user
 
 
-def test_without_a_key_there_is_no_authorization(server: JudgeServer) -> None:
+def test_without_a_key_there_is_no_authorization(server: ChatServer) -> None:
     server.queue(completion("SCORE: 1"))
     ask(settings(server, api_key=None))
     assert "Authorization" not in server.seen[0].headers
@@ -172,7 +96,7 @@ def test_without_a_key_there_is_no_authorization(server: JudgeServer) -> None:
 # --- the reply --------------------------------------------------------------------------------
 
 
-def test_a_score_reply_is_the_verdict(server: JudgeServer) -> None:
+def test_a_score_reply_is_the_verdict(server: ChatServer) -> None:
     reply = "The candidate names the right city.\nSCORE: 0.8"
     server.queue(completion(reply))
     verdict = ask(settings(server))
@@ -184,7 +108,7 @@ def test_a_score_reply_is_the_verdict(server: JudgeServer) -> None:
     ["The answer looks right to me.", "SCORE: 7", "SCORE: 0.2\nno, SCORE: 0.9", None],
     ids=["no-score", "out-of-range", "two-scores", "null-content"],
 )
-def test_a_reply_without_one_score_is_unparsable(server: JudgeServer, content: str | None) -> None:
+def test_a_reply_without_one_score_is_unparsable(server: ChatServer, content: str | None) -> None:
     server.queue(completion(content))
     with pytest.raises(JudgeUnparsable) as raised:
         ask(settings(server))
@@ -198,8 +122,8 @@ def test_a_reply_without_one_score_is_unparsable(server: JudgeServer, content: s
     "body",
     [b"not json", b'{"error": "oops"}', b'{"choices": []}', b'{"choices": [{"message": {}}]}'],
 )
-def test_a_body_that_is_not_a_chat_completion_fails(server: JudgeServer, body: bytes) -> None:
-    server.queue(Answer(body=body))
+def test_a_body_that_is_not_a_chat_completion_fails(server: ChatServer, body: bytes) -> None:
+    server.queue(Reply(body=body))
     with pytest.raises(JudgeFailed, match="something else than a chat completion") as raised:
         ask(settings(server))
     assert raised.value.attempts == 1
@@ -208,9 +132,9 @@ def test_a_body_that_is_not_a_chat_completion_fails(server: JudgeServer, body: b
 # --- retries ----------------------------------------------------------------------------------
 
 
-def test_a_429_with_retry_after_is_retried(server: JudgeServer) -> None:
+def test_a_429_with_retry_after_is_retried(server: ChatServer) -> None:
     server.queue(
-        Answer(status=429, body=b'{"error": "slow down"}', headers={"Retry-After": "0"}),
+        Reply(status=429, body=b'{"error": "slow down"}', headers={"Retry-After": "0"}),
         completion("SCORE: 0.5"),
     )
     started = time.monotonic()
@@ -222,9 +146,9 @@ def test_a_429_with_retry_after_is_retried(server: JudgeServer) -> None:
     assert len(server.seen) == 2
 
 
-def test_5xx_beyond_max_retries_fails_without_the_key(server: JudgeServer) -> None:
+def test_5xx_beyond_max_retries_fails_without_the_key(server: ChatServer) -> None:
     # The server echoes the key back: the message must still not hold it.
-    server.queue(Answer(status=500, body=f'{{"error": "bad key {API_KEY}"}}'.encode()))
+    server.queue(Reply(status=500, body=f'{{"error": "bad key {API_KEY}"}}'.encode()))
     with pytest.raises(JudgeFailed) as raised:
         ask(settings(server, max_retries=2))
     assert raised.value.attempts == 3  # the first try and 2 retries
@@ -234,15 +158,15 @@ def test_5xx_beyond_max_retries_fails_without_the_key(server: JudgeServer) -> No
     assert API_KEY not in repr(raised.value)
 
 
-def test_no_retries_means_one_try(server: JudgeServer) -> None:
-    server.queue(Answer(status=503))
+def test_no_retries_means_one_try(server: ChatServer) -> None:
+    server.queue(Reply(status=503))
     with pytest.raises(JudgeFailed):
         ask(settings(server, max_retries=0))
     assert len(server.seen) == 1
 
 
-def test_a_client_error_is_not_retried_and_its_body_is_scrubbed(server: JudgeServer) -> None:
-    server.queue(Answer(status=401, body=f'{{"error": "invalid key {API_KEY}"}}'.encode()))
+def test_a_client_error_is_not_retried_and_its_body_is_scrubbed(server: ChatServer) -> None:
+    server.queue(Reply(status=401, body=f'{{"error": "invalid key {API_KEY}"}}'.encode()))
     with pytest.raises(JudgeFailed, match="answered HTTP 401") as raised:
         ask(settings(server))
     assert len(server.seen) == 1

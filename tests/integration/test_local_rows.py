@@ -13,18 +13,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from json_server import JsonServer, Reply, Request, json_server
+from runner_kit import traced
 
-from loopback import HOST
 from rollout.local.host import host_sandbox_unavailable
 
 NO_HOST_SANDBOX = host_sandbox_unavailable()
@@ -235,13 +233,12 @@ def test_rows_run_in_shards_and_the_seeds_files_say_how_they_scored(tmp_path: Pa
         {"role": "user", "content": "What is 4 + 4?"},
         {"role": "assistant", "content": "9"},
     ]
-    assert q04["rollout"] == {
+    assert traced(q04["rollout"]) == {
         "agent_name": "doubler",
         "dataset_name": DATASET,
         "attempt": 1,
         "error_type": None,
         "verifier": "exact_match",
-        "trace_id": q04["rollout"]["trace_id"],  # the row's own: checked where the runner runs
     }
     assert lines[0]["predicted_answer"] == "2"  # the oracle's answer is the ground truth
 
@@ -552,20 +549,6 @@ def test_resume_counts_the_tries_of_each_row_of_a_shard_on_its_own(tmp_path: Pat
 EVALUATOR_KEY = "sk-evaluator-5d2c8a1f-never-on-disk"
 
 
-@dataclass
-class JudgeServer:
-    """An OpenAI-compatible chat-completions endpoint on loopback: it gives 1.0 to a candidate
-    answer equal to the reference, 0.25 to another, and no score at all for a question that
-    says "undecidable"."""
-
-    httpd: ThreadingHTTPServer
-    requests: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{HOST}:{self.httpd.server_address[1]}/v1"
-
-
 def _reply(body: dict[str, Any]) -> str:
     user = body["messages"][-1]["content"]
     if "undecidable" in user:
@@ -575,52 +558,29 @@ def _reply(body: dict[str, Any]) -> str:
     return "Close enough.\nSCORE: 1.0" if candidate == reference else "Wrong.\nSCORE: 0.25"
 
 
-@pytest.fixture
-def judge_server() -> Iterator[JudgeServer]:
-    server: JudgeServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(length))
-            server.requests.append((self.path, dict(self.headers), body))
-            answer = {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": _reply(body)},
-                        "finish_reason": "stop",
-                    }
-                ],
-            }
-            data = json.dumps(answer).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-    server = JudgeServer(ThreadingHTTPServer((HOST, 0), Handler))
-    thread = threading.Thread(
-        target=server.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+def judge_reply(request: Request) -> Reply:
+    """An OpenAI-compatible chat completion: the judge gives 1.0 to a candidate answer equal to
+    the reference, 0.25 to another, and no score at all for a question that says
+    "undecidable"."""
+    message = {"role": "assistant", "content": _reply(request.body)}
+    return Reply(
+        body={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": request.body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        }
     )
-    thread.start()
-    try:
+
+
+@pytest.fixture
+def judge_server() -> Iterator[JsonServer]:
+    with json_server(judge_reply) as server:
         yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        thread.join(timeout=10)
 
 
 def test_llm_judgement_asks_the_evaluator_with_the_key_it_never_writes(
-    tmp_path: Path, judge_server: JudgeServer
+    tmp_path: Path, judge_server: JsonServer
 ) -> None:
     rows = [
         *gsm_rows(4),
@@ -632,7 +592,7 @@ def test_llm_judgement_asks_the_evaluator_with_the_key_it_never_writes(
         agents=[DOUBLER],
         evaluation_metric="llm_judgement",
         evaluator_model_name="judge-model",
-        evaluator_base_url=judge_server.base_url,
+        evaluator_base_url=f"{judge_server.url}/v1",
         evaluator_api_key="${JUDGE_KEY}",
         evaluator_max_retries=0,
         evaluator_extra_params={"max_tokens": 64},
@@ -641,12 +601,12 @@ def test_llm_judgement_asks_the_evaluator_with_the_key_it_never_writes(
     done = space.run()
     assert done.returncode == 0, done.stderr
 
-    assert len(judge_server.requests) == 5  # one question per row
-    for path, headers, body in judge_server.requests:
-        assert path == "/v1/chat/completions"
-        assert headers["Authorization"] == f"Bearer {EVALUATOR_KEY}"
-        assert body["model"] == "judge-model"
-        assert body["max_tokens"] == 64
+    assert len(judge_server.seen) == 5  # one question per row
+    for request in judge_server.seen:
+        assert request.path == "/v1/chat/completions"
+        assert request.headers["Authorization"] == f"Bearer {EVALUATOR_KEY}"
+        assert request.body["model"] == "judge-model"
+        assert request.body["max_tokens"] == 64
     scores = {line["task_id"]: line["score"] for line in space.lines()}
     assert scores == {"q01": 1.0, "q02": 1.0, "q03": 1.0, "q04": 0.25, "odd": None}
     verifier_log = (space.trial("doubler", "q04") / "logs" / "verifier" / "stdout.txt").read_text()
@@ -665,17 +625,17 @@ def test_llm_judgement_asks_the_evaluator_with_the_key_it_never_writes(
 
 
 def test_llm_judgement_without_its_model_is_refused_before_anything_runs(
-    tmp_path: Path, judge_server: JudgeServer
+    tmp_path: Path, judge_server: JsonServer
 ) -> None:
     space = Workspace(
         tmp_path,
         gsm_rows(2),
         evaluation_metric="llm_judgement",
-        evaluator_base_url=judge_server.base_url,
+        evaluator_base_url=f"{judge_server.url}/v1",
     )
     done = space.run()
     assert done.returncode == 1
     assert "evaluator_model_name" in done.stderr
     assert "llm_judgement" in done.stderr
     assert not (space.root / "jobs").exists()
-    assert judge_server.requests == []
+    assert judge_server.seen == []

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from json_server import JsonServer, Reply, Request, json_server
 from operator_kit import job_manifest, job_phase
 from s3_kit import S3Settings
 from test_operator_rows import (
@@ -51,58 +50,24 @@ def sum_of(text: str) -> str:
     return str(a + b)
 
 
-class Services:
-    """The agent endpoint (POST /eval) and the chat-completions API (POST /v1/chat/completions),
-    recording what each request carried."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
-        lock = threading.Lock()
-        services = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                with lock:
-                    services.seen.append((self.path, headers, body))
-                if self.path == "/eval":
-                    task = body["task"]
-                    reply: dict[str, Any] = {"output": sum_of(task["instruction"]), "score": 0.5}
-                else:
-                    question = body["messages"][-1]["content"]
-                    reply = {
-                        "choices": [
-                            {"message": {"role": "assistant", "content": sum_of(question)}}
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-                    }
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def requests_to(self, path: str) -> list[tuple[dict[str, str], dict[str, Any]]]:
-        return [(headers, body) for p, headers, body in self.seen if p == path]
+def answer(request: Request) -> Reply:
+    """The agent endpoint (POST /eval) and the chat-completions API (POST /v1/chat/completions)
+    both answer the sum of the question's two numbers."""
+    if request.path == "/eval":
+        return Reply(body={"output": sum_of(request.body["task"]["instruction"]), "score": 0.5})
+    question = request.body["messages"][-1]["content"]
+    return Reply(
+        body={
+            "choices": [{"message": {"role": "assistant", "content": sum_of(question)}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+        }
+    )
 
 
 @pytest.fixture
-def services() -> Iterator[Services]:
-    found = Services()
-    thread = threading.Thread(target=found.server.serve_forever, daemon=True)
-    thread.start()
-    yield found
-    found.server.shutdown()
-    found.server.server_close()
+def services() -> Iterator[JsonServer]:
+    with json_server(answer) as server:
+        yield server
 
 
 def secret_ref(key: str) -> dict[str, Any]:
@@ -114,7 +79,7 @@ async def test_endpoint_and_model_agents_answer_rows_in_pods_of_the_runner_alone
     s3_settings: S3Settings,
     store: ObjectStore,
     tmp_path: Path,
-    services: Services,
+    services: JsonServer,
 ) -> None:
     numbers = list(range(1, 5))
     dataset = publish_rows(store, write_rows(tmp_path / "dataset", len(numbers)))
@@ -131,7 +96,7 @@ async def test_endpoint_and_model_agents_answer_rows_in_pods_of_the_runner_alone
     agents = [
         {
             "name": "svc",
-            "endpoint": f"{services.base}/eval",
+            "endpoint": f"{services.url}/eval",
             "timeoutSec": 10,
             "headers": [
                 {"name": "Authorization", "valueFrom": secret_ref("svc.header.Authorization")},
@@ -142,7 +107,7 @@ async def test_endpoint_and_model_agents_answer_rows_in_pods_of_the_runner_alone
             "name": "llm",
             "model": {
                 "name": "adder-1",
-                "baseUrl": f"{services.base}/v1",
+                "baseUrl": f"{services.url}/v1",
                 "apiKey": {"name": KEYS_SECRET, "key": "llm.model.api-key"},
                 "maxTurns": 2,
             },
@@ -177,8 +142,8 @@ async def test_endpoint_and_model_agents_answer_rows_in_pods_of_the_runner_alone
     assert runner_env["ROLLOUT_AGENT_MODEL_API_KEY"]["valueFrom"] == secret_ref("llm.model.api-key")
 
     # Each agent answered each row once, with its credentials.
-    endpoint_calls = services.requests_to("/eval")
-    model_calls = services.requests_to("/v1/chat/completions")
+    endpoint_calls = [(r.headers, r.body) for r in services.requests_to("/eval")]
+    model_calls = [(r.headers, r.body) for r in services.requests_to("/v1/chat/completions")]
     assert len(endpoint_calls) == len(model_calls) == len(numbers)
     assert {h["authorization"] for h, _ in endpoint_calls} == {HEADER_VALUE}
     assert {h["x-team"] for h, _ in endpoint_calls} == {"evals"}

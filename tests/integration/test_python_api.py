@@ -13,21 +13,18 @@ import base64
 import json
 import os
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_kit import job_status, wait_for_watch
+from json_server import JsonServer, Reply, Request, json_server
 from s3_kit import S3Settings
 
 from kubeharness.kube import Kube
 from kubeharness.resources import ROLLOUT_JOBS, SECRETS
-from loopback import HOST
 from rollout import load_tasks, rollout
 from rollout.api.aggregate import aggregate
 from rollout.api.errors import ErrorType, InvalidInput
@@ -84,83 +81,43 @@ ANSWERS = {
 # --- an OpenAI-compatible chat-completions server -----------------------------------------------
 
 
-@dataclass
-class Seen:
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-@dataclass
-class ModelServer:
+def model_reply(request: Request) -> Reply:
     """Answers each question from `ANSWERS` by the conversation's user message; asks for a tool
     first when the question is about France; refuses the rest with a 400."""
-
-    seen: list[Seen] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length))
-                with server.lock:
-                    server.seen.append(Seen(dict(self.headers), body))
-                status, reply = server.reply(self.path, body)
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.httpd = ThreadingHTTPServer((HOST, 0), Handler)
-        self.base_url = f"http://{HOST}:{self.httpd.server_address[1]}/v1"
-
-    def reply(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        messages = body.get("messages") or []
-        question = next((m["content"] for m in messages if m.get("role") == "user"), "")
-        if path != "/v1/chat/completions" or question not in ANSWERS:
-            return 400, {"error": {"message": "cannot answer that", "type": "invalid_request"}}
-        message: dict[str, Any] = {"role": "assistant", "content": ANSWERS[question]}
-        if "France" in question and not any(m.get("role") == "tool" for m in messages):
-            message = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "web_search", "arguments": '{"q": "France"}'},
-                    }
-                ],
-            }
-        return 200, {
+    path, body = request.path, request.body
+    messages = body.get("messages") or []
+    question = next((m["content"] for m in messages if m.get("role") == "user"), "")
+    if path != "/v1/chat/completions" or question not in ANSWERS:
+        return Reply(400, {"error": {"message": "cannot answer that", "type": "invalid_request"}})
+    message: dict[str, Any] = {"role": "assistant", "content": ANSWERS[question]}
+    if "France" in question and not any(m.get("role") == "tool" for m in messages):
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "web_search", "arguments": '{"q": "France"}'},
+                }
+            ],
+        }
+    return Reply(
+        200,
+        {
             "id": "chatcmpl-1",
             "object": "chat.completion",
             "model": body.get("model"),
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
+        },
+    )
 
 
 @pytest.fixture
-def model_server() -> Iterator[ModelServer]:
-    server = ModelServer()
-    thread = threading.Thread(
-        target=server.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
+def model_server() -> Iterator[JsonServer]:
+    with json_server(model_reply) as server:
         yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        thread.join(timeout=10)
 
 
 # --- a project as seed 002 lays it out ------------------------------------------------------
@@ -220,10 +177,10 @@ def files_containing(root: Path, text: str) -> list[str]:
 
 @needs_host_sandbox
 def test_rollout_locally_answers_every_row_with_the_model_and_returns_the_summary(
-    tmp_path: Path, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, model_server: JsonServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    config = write_project(tmp_path, model_server.base_url)
+    config = write_project(tmp_path, f"{model_server.url}/v1")
 
     summary = rollout(
         config_path="configs/rollout/mini.json", local=True, environ=local_environ(tmp_path)
@@ -274,12 +231,12 @@ def test_rollout_locally_answers_every_row_with_the_model_and_returns_the_summar
 
 @needs_host_sandbox
 async def test_rollout_arguments_override_the_config(
-    tmp_path: Path, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, model_server: JsonServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Called from a running event loop, as in a notebook: local mode runs its own loop, in a
     # thread of its own then.
     monkeypatch.chdir(tmp_path)
-    write_project(tmp_path, model_server.base_url)
+    write_project(tmp_path, f"{model_server.url}/v1")
 
     summary = rollout(
         config_path="configs/rollout/mini.json",
@@ -307,7 +264,7 @@ async def test_rollout_arguments_override_the_config(
     assert len(jobs_in(tmp_path / "elsewhere")) == 2  # a job of its own each call
 
     # Without seed 002's files, the summary is made from the rows' own lines.
-    quiet = write_project(tmp_path, model_server.base_url, "quiet", save_summary=False)
+    quiet = write_project(tmp_path, f"{model_server.url}/v1", "quiet", save_summary=False)
     unsaved = rollout(config_path=quiet, local=True, environ=local_environ(tmp_path))
     (job_dir,) = jobs_in(tmp_path / "results" / "mini_eval")
     assert list(job_dir.glob("summary_*.json")) == []

@@ -270,22 +270,14 @@ class ChatHttp:
                 redirect=False,
                 preload_content=False,
             )
-        except urllib3.exceptions.ReadTimeoutError:
-            if not self._retry_timeouts:
-                raise _NoAnswerInTime from None
-            raise _Transient("no answer (ReadTimeoutError)") from None
         except urllib3.exceptions.HTTPError as error:
-            raise _Transient(f"no answer ({type(error).__name__})") from None
+            raise self._failed_try(error, "no answer") from None
         whole = False
         try:
             data = self._read(response, deadline)
             whole = True
-        except urllib3.exceptions.ReadTimeoutError:
-            if not self._retry_timeouts:
-                raise _NoAnswerInTime from None
-            raise _Transient("no whole answer (ReadTimeoutError)") from None
         except urllib3.exceptions.HTTPError as error:
-            raise _Transient(f"no whole answer ({type(error).__name__})") from None
+            raise self._failed_try(error, "no whole answer") from None
         finally:
             if not whole:  # unread bytes would spoil the connection for the next try
                 response.close()
@@ -299,6 +291,13 @@ class ChatHttp:
                 status=response.status,
             )
         return data
+
+    def _failed_try(self, error: urllib3.exceptions.HTTPError, what: str) -> Exception:
+        """What a try that got no (whole) answer raises: a read timeout is not repeated when
+        `retry_timeouts` is off; anything else is worth another try."""
+        if isinstance(error, urllib3.exceptions.ReadTimeoutError) and not self._retry_timeouts:
+            return _NoAnswerInTime()
+        return _Transient(f"{what} ({type(error).__name__})")
 
     def _read(self, response: Any, deadline: float | None) -> bytes:
         """The body, in chunks, checking the size and the deadline between them."""

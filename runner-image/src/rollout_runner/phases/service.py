@@ -21,19 +21,21 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from rollout.api.additions import TokenUsage
 from rollout.api.endpoint import attempt_id, endpoint_payload
 from rollout.api.errors import ErrorType
 from rollout.api.service_agents import AgentKind
-from rollout_runner.answer import one_turn_trajectory
+from rollout_runner.answer import ANSWER_FILE, one_turn_trajectory
 from rollout_runner.context import TrialContext
 from rollout_runner.endpoint_agent import EndpointCall, call_endpoint
 from rollout_runner.model_agent import ModelSettings, answer_question
 from rollout_runner.record import Phase
 
-ANSWER_FILE = "answer.txt"
+ANSWER_NAME = PurePosixPath(ANSWER_FILE).name
+"""The answer's file in logs/agent/, where a script agent may leave its own."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ async def _ask_endpoint(ctx: TrialContext, question: Question) -> Answered:
         return Answered(None, None, files)
     ctx.record.evaluation = outcome.reply.evaluation
     output = outcome.reply.output
-    files[ANSWER_FILE] = output.encode()
+    files[ANSWER_NAME] = output.encode()
     trajectory = one_turn_trajectory(
         question.task_id,
         question.question,
@@ -139,7 +141,7 @@ async def _ask_model(ctx: TrialContext, question: Question) -> Answered:
     if outcome.answer is None:
         _fail(ctx, outcome.timed_out, outcome.error or "the model gave no answer")
         return Answered(None, outcome.trajectory, files)
-    files[ANSWER_FILE] = outcome.answer.encode()
+    files[ANSWER_NAME] = outcome.answer.encode()
     return Answered(outcome.answer, outcome.trajectory, files)
 
 
@@ -149,10 +151,12 @@ def _deadline(ctx: TrialContext) -> float:
 
 def _fail(ctx: TrialContext, timed_out: bool, message: str) -> None:
     if timed_out:
+        # The limit hit may be an endpoint's one request (timeout_sec) or the attempt's: the
+        # message says which.
         ctx.record.fail(
             ErrorType.AGENT_EXECUTION_TIMEOUT,
-            f"Agent execution exceeded timeout of {ctx.spec.timeouts.agent_sec:g} seconds: "
-            f"{message}",
+            f"Agent execution timed out (the attempt's limit is "
+            f"{ctx.spec.timeouts.agent_sec:g} seconds): {message}",
         )
     else:
         ctx.record.fail(ErrorType.AGENT_EXECUTION_FAILED, message)
