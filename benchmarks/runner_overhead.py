@@ -1,26 +1,40 @@
 """The trial runner's own overhead: trials whose phases do (almost) nothing, timed end to end.
 
-Each trial runs the real runner core against a fresh fake container (tests/fakecontainer.py: the
-shim as PID 1 in its own namespaces) and a real S3 endpoint on loopback (moto, tests/s3server.py).
-The agent's install is `true`, its execute writes a one-character answer, and the verifier copies
-it to reward.txt, so nearly all the time measured is the runner's: shim round trips, the task
-download and unpack, file copies, kill-all, reading the reward, teardown and seven uploads.
+Each trial runs against a fresh fake container (tests/fakecontainer.py: the shim as PID 1 in its
+own namespaces) and a real S3 endpoint on loopback (moto, tests/s3server.py). The agent's install
+is `true`, its execute writes a one-character answer, and the verifier copies it to reward.txt, so
+nearly all the time measured is the runner's: shim round trips, the task download and unpack,
+file copies, kill-all, reading the reward, teardown and the uploads. Two measures:
 
-Prints medians (and the 90th percentile of the whole) over the trials, in milliseconds. A figure,
-not a test: run it as root on Linux (the fake container needs mount and pid namespaces):
+- process: what a trial Pod sees. The fake container and a `rollout-runner` process (as the Pod
+  runs it: `python -m rollout_runner.main`, its spec in a file, S3 settings in its environment)
+  are started at the same moment; timed from there to the runner's exit. This includes the
+  shim's start, the runner's Python start-up and imports, its S3 client, the trial and the
+  uploads. Split by the runner's own log lines (millisecond resolution): start-up (to "trial
+  starts"), the trial (to "trial ends", after result.json is uploaded) and the exit after it.
+- core: the runner's core (`run_trial`) in this process, from the shim's ready file to the last
+  upload, with the time per phase (from result.json) and the shim round trips per trial (the
+  requests the runner writes, counted from its debug log of each).
 
-    python benchmarks/runner_overhead.py --trials 20
+Prints p50 and p90 over the trials, in milliseconds. A figure, not a test: run it as root on
+Linux (the fake container needs mount and pid namespaces), on an idle machine (`uptime`):
+
+    python benchmarks/runner_overhead.py --trials 30
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import logging
+import os
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,14 +54,44 @@ from rollout_runner.trial import run_trial  # noqa: E402
 from s3server import S3Server  # noqa: E402
 
 PHASES = ("environment_setup_sec", "agent_setup_sec", "agent_execution_sec", "verifier_sec")
+TASK = "reward-from-answer"
+ACCESS_KEY = "bench"
+SECRET_KEY = "bench-secret"  # moto accepts any
 
 
-async def one_trial(base: Path, spec: RolloutTrialSpec, store: ObjectStore) -> dict[str, float]:
+class RequestCounter(logging.Handler):
+    """Counts the shim requests the runner writes (ShimEnvironment logs each one at DEBUG)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.requests = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("shim request "):
+            self.requests += 1
+
+
+def trivial_spec(store: ObjectStore, content_hash: str, attempt: int) -> RolloutTrialSpec:
+    return make_spec(
+        store,
+        TASK,
+        content_hash,
+        agent="trivial",
+        install="true",
+        execute="echo 1 > /app/answer.txt",
+        attempt=attempt,
+    )
+
+
+async def core_trial(
+    base: Path, spec: RolloutTrialSpec, store: ObjectStore, counter: RequestCounter
+) -> dict[str, float]:
     await asyncio.to_thread(base.mkdir)
     with fake_container(base) as container:
         environment = ShimEnvironment(container.control_dir, kill_grace_sec=0.3)
-        # The container's own start is not the runner's overhead: wait for the shim first.
+        # The container's own start is not the core's: wait for the shim first.
         await environment.wait_ready(20)
+        counter.requests = 0
         started = time.monotonic()
         report = await run_trial(
             spec,
@@ -65,13 +109,90 @@ async def one_trial(base: Path, spec: RolloutTrialSpec, store: ObjectStore) -> d
     figures["wall"] = wall
     figures["between_phases"] = total - sum(figures[name] for name in PHASES)
     figures["after_result"] = wall - total
+    figures["round_trips"] = counter.requests
     return figures
 
 
-async def main(trials: int) -> None:
+def process_trial(
+    base: Path, spec: RolloutTrialSpec, settings: S3Settings, endpoint: str
+) -> dict[str, float]:
+    base.mkdir()
+    container_dir = base / "container"
+    container_dir.mkdir()
+    spec_file = base / "spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True))
+    env = {
+        "PATH": os.environ["PATH"],
+        "ROLLOUT_STORAGE_BUCKET": settings.location.bucket,
+        "ROLLOUT_STORAGE_ENDPOINT": endpoint,
+        "ROLLOUT_STORAGE_PATH_STYLE": "true",
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+    }
+    if "PYTHONPATH" in os.environ:  # say, to time another version of the runner
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    # The fake container's paths are fixed by its base directory (rollout.local.host.HostRoot).
+    command = [
+        sys.executable, "-m", "rollout_runner.main",
+        "--spec", str(spec_file),
+        "--control-dir", str(container_dir / "control"),
+        "--logs-dir", str(container_dir / "logs"),
+        "--work-dir", str(base / "work"),
+        "--termination-log", str(base / "termination-log"),
+        "--ready-timeout-sec", "20",
+        "--log-level", "info",  # its "trial starts" and "trial ends" lines time its parts
+    ]  # fmt: skip
+    wall_start = time.time()
+    started = time.monotonic()
+    runner = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    with fake_container(container_dir):
+        _, log = runner.communicate(timeout=60)
+        wall = time.monotonic() - started
+    if runner.returncode != 0 or '"reward":1.0' not in (base / "termination-log").read_text():
+        raise SystemExit(f"a benchmark runner failed ({runner.returncode}):\n{log}")
+    trial_starts = _logged_at(log, " trial ", " starts") - wall_start
+    trial_ends = _logged_at(log, " trial ends") - wall_start
+    return {
+        "wall": wall,
+        "startup": trial_starts,
+        "trial": trial_ends - trial_starts,
+        "exit": wall - trial_ends,
+    }
+
+
+def _logged_at(log: str, *parts: str) -> float:
+    """When the runner logged the first line with all of `parts` (its asctime, in ms)."""
+    for line in log.splitlines():
+        if all(part in line for part in parts):
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            return stamp.timestamp()
+    raise SystemExit(f"the runner never logged {parts}:\n{log}")
+
+
+def percentile(values: Iterable[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def table(title: str, runs: list[dict[str, float]], rows: list[tuple[str, str]]) -> None:
+    def column(key: str, fraction: float) -> float:
+        return percentile((run[key] for run in runs), fraction) * 1000
+
+    print(f"{title} ({len(runs)} trials, ms):")
+    print(f"  {'':<44} {'p50':>8} {'p90':>8}")
+    for key, label in rows:
+        print(f"  {label:<44} {column(key, 0.5):8.1f} {column(key, 0.9):8.1f}")
+
+
+async def main(trials: int, modes: list[str]) -> None:
     reason = unavailable_reason()
     if reason:
         raise SystemExit(f"cannot run the benchmark here: {reason}")
+    counter = RequestCounter()
+    shim_log = logging.getLogger("rollout_runner.shim_environment")
+    shim_log.addHandler(counter)
+    shim_log.setLevel(logging.DEBUG)
+    shim_log.propagate = False
     with tempfile.TemporaryDirectory(prefix="runner-overhead-") as tmp, S3Server() as server:
         settings = S3Settings(
             StorageSpec(
@@ -80,39 +201,63 @@ async def main(trials: int) -> None:
                 path_style=True,
             ),
             StorageCredentials(
-                access_key_id=SecretStr("bench"), secret_access_key=SecretStr("bench-secret")
+                access_key_id=SecretStr(ACCESS_KEY), secret_access_key=SecretStr(SECRET_KEY)
             ),
         )
         store = fast_store(settings)
         store.ensure_bucket()
-        content_hash = publish_task(store, "reward-from-answer")
-        runs = []
+        content_hash = publish_task(store, TASK)
+        attempts = iter(range(1, 2 * trials + 1))
+        # Alternate the modes, so that a change of load weighs on both alike.
+        runners: dict[str, Callable[[Path, RolloutTrialSpec], object]] = {
+            "process": lambda base, spec: asyncio.to_thread(
+                process_trial, base, spec, settings, server.endpoint_url
+            ),
+            "core": lambda base, spec: core_trial(base, spec, store, counter),
+        }
+        runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
         for index in range(trials):
-            spec = make_spec(
-                store,
-                "reward-from-answer",
-                content_hash,
-                agent="trivial",
-                install="true",
-                execute="echo 1 > /app/answer.txt",
-                attempt=index + 1,
-            )
-            runs.append(await one_trial(Path(tmp) / f"trial-{index}", spec, store))
-
-    def median_ms(key: str) -> float:
-        return statistics.median(run[key] for run in runs) * 1000
-
-    walls = sorted(run["wall"] for run in runs)
-    p90 = walls[min(len(walls) - 1, int(len(walls) * 0.9))] * 1000
-    print(f"runner overhead per trial, {trials} trials with trivial phases (median, ms):")
-    print(f"  whole trial, shim ready to uploads done  {median_ms('wall'):8.1f}  (p90 {p90:.1f})")
-    for name in PHASES:
-        print(f"  {name:<40} {median_ms(name):8.1f}")
-    print(f"  {'kill-all, /logs, teardown':<40} {median_ms('between_phases'):8.1f}")
-    print(f"  {'result files and uploads':<40} {median_ms('after_result'):8.1f}")
+            for mode in modes:
+                attempt = next(attempts)
+                base = Path(tmp) / f"{mode}-{index}"
+                spec = trivial_spec(store, content_hash, attempt)
+                runs[mode].append(await runners[mode](base, spec))  # type: ignore[misc]
+    print(f"load before and after: see `uptime`; {os.cpu_count()} CPUs")
+    if "process" in runs:
+        table(
+            "runner overhead, container start to runner exit (a Pod's view)",
+            runs["process"],
+            [
+                ("wall", "whole: container start -> runner exit"),
+                ("startup", "  runner start-up (Python, imports, client)"),
+                ("trial", "  the trial, up to its uploads"),
+                ("exit", "  exit"),
+            ],
+        )
+    if "core" in runs:
+        table(
+            "runner core, shim ready -> uploads done (in process)",
+            runs["core"],
+            [
+                ("wall", "whole: shim ready -> uploads done"),
+                *((name, f"  {name}") for name in PHASES),
+                ("between_phases", "  kill-all, /logs, teardown"),
+                ("after_result", "  result files and uploads"),
+            ],
+        )
+        trips = sorted(run["round_trips"] for run in runs["core"])
+        print(f"  shim round trips per trial: {trips[0]:.0f} (max {trips[-1]:.0f})")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20, help="trials to time (default: 20)")
-    asyncio.run(main(parser.parse_args().trials))
+    parser.add_argument(
+        "--mode",
+        choices=["both", "process", "core"],
+        default="both",
+        help="what to time (default: both, alternating)",
+    )
+    args = parser.parse_args()
+    chosen = ["process", "core"] if args.mode == "both" else [args.mode]
+    asyncio.run(main(args.trials, chosen))

@@ -19,7 +19,7 @@ from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.taskdir import task_content_hash
 from rollout.datasets.bundle import task_archive
-from rollout.storage import DirectoryStore, ObjectStore, RetryPolicy
+from rollout.storage import DirectoryStore, ObjectStore, RetryPolicy, Store
 from rollout_runner.context import RunnerOptions
 from rollout_runner.environment import Environment
 from rollout_runner.shim_environment import ShimEnvironment
@@ -40,10 +40,10 @@ def fast_store(settings: S3Settings, retry: RetryPolicy = FAST_RETRY) -> ObjectS
     return settings.store(retry=retry)
 
 
-def publish_task(store: ObjectStore | DirectoryStore, name: str) -> str:
-    """Put tests/data/tasks/<name> into the bucket (or directory) as the CLI would; its content
-    hash."""
-    directory = TASKS / name
+def publish_task(store: ObjectStore | DirectoryStore, name: str, tasks: Path = TASKS) -> str:
+    """Put tests/data/tasks/<name> (or `tasks`/<name>) into the bucket (or directory) as the CLI
+    would; its content hash."""
+    directory = tasks / name
     content_hash = task_content_hash(directory)
     store.put_bytes(task_archive_key(store.prefix, content_hash), task_archive(directory))
     return content_hash
@@ -137,7 +137,7 @@ async def run_in(
     container: FakeContainer,
     tmp_path: Path,
     spec: RolloutTrialSpec,
-    store: ObjectStore,
+    store: Store,
     *,
     agent_env: AgentEnv | None = None,
     environment: Environment | None = None,

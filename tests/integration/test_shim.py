@@ -25,6 +25,7 @@ from fakecontainer import (
 )
 from rollout.api.wire import shim
 from rollout_runner.shim_environment import ShimEnvironment
+from rollout_runner.shim_requests import wake_shim
 
 pytestmark = pytest.mark.integration
 
@@ -181,6 +182,67 @@ async def test_without_mkfifo_the_shim_speaks_protocol_1_and_polls(tmp_path: Pat
         assert not (container.control_dir / shim.WAKE_FIFO).exists()
         result = await environment.run("echo polled", timeout_sec=10)
         assert result.stdout == b"polled\n"
+        # It polls for requests, but the runner's done FIFO needs no mkfifo of the image's: the
+        # shim announces its answers all the same.
+        assert environment.waits_on_done_fifo
+        assert environment.stats.notifications == 1
+
+
+# -- answers announced: the runner's done FIFO ----------------------------------------------------
+
+
+def read_ids(fd: int) -> list[str]:
+    try:
+        return os.read(fd, 4096).decode().split()
+    except BlockingIOError:
+        return []
+
+
+def shim_processes(container: FakeContainer) -> list[int]:
+    """The shim and its subshells (handlers, ticker): processes with the shim's own argv."""
+    return [p.pid for p in container.processes() if shim.SHIM_NAME in p.argv and p.state != "Z"]
+
+
+@requires_fake_container()
+async def test_the_shim_writes_the_id_of_each_ended_request_to_the_done_fifo(
+    container: FakeContainer,
+) -> None:
+    ready = container.control_dir / shim.READY_FILE
+    await eventually(ready.exists, "the shim writes ready")
+    assert "done=1" in ready.read_text().splitlines()
+    done = container.control_dir / shim.DONE_FIFO
+    os.mkfifo(done, 0o600)
+    fd = os.open(done, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        ran = submit(container.control_dir, "00000001-dddddd", "run", {"cmd": "echo one"})
+        unknown = submit(container.control_dir, "00000002-dddddd", "dance")
+        wake_shim(container.control_dir / shim.WAKE_FIFO)
+        ids: list[str] = []
+
+        def both_ended() -> bool:
+            ids.extend(read_ids(fd))
+            return len(ids) >= 2
+
+        await eventually(both_ended, "two ids in the FIFO")
+        assert sorted(ids) == ["00000001-dddddd", "00000002-dddddd"]
+        # Each line came once its request's rc was there.
+        assert (ran / "rc").read_text() == "0\n"
+        assert (unknown / "rc").read_text() == "2\n"
+    finally:
+        os.close(fd)
+
+
+@requires_fake_container()
+async def test_a_done_fifo_nobody_reads_holds_no_handler_up(container: FakeContainer) -> None:
+    """Opened read-write, the FIFO never blocks the shim's handlers, reader or none."""
+    await eventually((container.control_dir / shim.READY_FILE).exists, "the shim writes ready")
+    os.mkfifo(container.control_dir / shim.DONE_FIFO, 0o600)
+    for number in range(1, 4):
+        request = submit(container.control_dir, f"0000000{number}-eeeeee", "run", {"cmd": "true"})
+        wake_shim(container.control_dir / shim.WAKE_FIFO)
+        await eventually((request / "rc").exists, f"the shim answers request {number}")
+    # Left: the shim and its ticker (protocol 2), no handler blocked on the FIFO.
+    await eventually(lambda: len(shim_processes(container)) == 2, "every handler ends")
 
 
 # -- fallbacks on images without the usual tools --------------------------------------------------
@@ -200,9 +262,12 @@ async def test_without_setsid_kills_still_reach_the_whole_tree(shell: str, tmp_p
         for marker in ("4321", "4323"):
             assert container.processes_running(marker) == [], marker
 
-        # Whatever escaped the tree (an orphan, re-parented to the shim) goes with kill_all.
+        # Whatever escaped the tree (an orphan, re-parented to the shim) goes with kill_all,
+        # which spares the shim's own polling (never a survivor: each one would fail).
         await environment.kill_all()
         assert container.processes_running("4322") == []
+        await environment.kill_all()
+        await environment.kill_all()
         again = await environment.run("echo alive", timeout_sec=10)
         assert again.stdout == b"alive\n"
 

@@ -18,7 +18,7 @@ from fakecontainer import (
     fake_container,
     requires_fake_container,
 )
-from rollout.api.wire.shim import CONTROL_DIR, shim_command
+from rollout.api.wire.shim import CONTROL_DIR, DONE_FIFO, SHIM_NAME, SHIM_TEXT, shim_command
 from rollout_runner.environment import EnvironmentFailure, FileTransferError
 from rollout_runner.shim_environment import ShimEnvironment, ShimNotReady
 
@@ -73,6 +73,17 @@ async def test_a_command_runs_with_sh_c_semantics(env: ShimEnvironment) -> None:
     result = await env.run(script, timeout_sec=10)
     assert result.stdout == b"in f: a b\n1\n2\n"
     assert result.exit_code == 1
+
+
+# With the heredoc's four other lines: 5, 8 (the most the shim reads itself), 9 (read by cat), 34.
+@pytest.mark.parametrize("lines", [1, 4, 5, 30])
+async def test_a_command_reaches_its_shell_as_written_whatever_its_length(
+    env: ShimEnvironment, lines: int
+) -> None:
+    text = "".join(f"  line {i}\t\\ $HOME `x` 'q' \"d\"\n" for i in range(lines))
+    command = f"cat <<'END'\n{text}END\n\n\n"  # trailing newlines go, as $(cat) drops them
+    result = await env.run(command, timeout_sec=10)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, text.encode(), b"")
 
 
 async def test_env_values_reach_the_command_and_the_env_file_is_gone(
@@ -388,3 +399,149 @@ async def test_a_shim_running_as_the_images_non_root_user_answers_requests_and_t
         await env.run("cp /tmp/in.txt /tmp/out.txt", timeout_sec=10)
         await env.get_files("/tmp/out.txt", tmp_path / "out.txt")
         assert (tmp_path / "out.txt").read_text() == "to the container\n"
+        # The runner gave its done FIFO to the shim's user, who announces every answer in it.
+        assert (container.control_dir / DONE_FIFO).stat().st_uid == AGENT_UID
+        assert env.waits_on_done_fifo
+        assert env.stats.notifications >= 1
+
+
+# -- answers: announced through the done FIFO, or polled -----------------------------------------
+
+# The shim's text without its `done=1` in the ready file (a shim older than the done FIFO), and
+# without the line it writes there (a FIFO that stays silent).
+NO_DONE_KEY = SHIM_TEXT.replace("\\ndone=1\\n", "\\n")
+SILENT_DONE = SHIM_TEXT.replace('{ echo "${1##*/}" 1<>"$C/done"; }', ":")
+
+
+def test_the_variant_shims_differ_from_the_shim() -> None:
+    assert NO_DONE_KEY != SHIM_TEXT
+    assert SILENT_DONE != SHIM_TEXT
+
+
+async def test_the_runner_makes_the_done_fifo_and_an_answer_wakes_it_with_no_polling(
+    container: FakeContainer,
+) -> None:
+    # Looks for an answer it was not told of: never, within this test.
+    env = ShimEnvironment(container.control_dir, kill_grace_sec=GRACE_SEC, answer_check_sec=600)
+    await env.wait_ready(timeout_sec=20)
+    assert env.waits_on_done_fifo
+    done = (container.control_dir / DONE_FIFO).lstat()
+    assert stat.S_ISFIFO(done.st_mode)
+    assert stat.S_IMODE(done.st_mode) == 0o600
+
+    released = container.logs_dir / "released"
+    command = "touch /logs/started; while [ ! -e /logs/released ]; do sleep 0.01; done; echo out"
+    running = asyncio.create_task(env.run(command, timeout_sec=60))
+    await eventually((container.logs_dir / "started").exists, "the command starts")
+    await asyncio.sleep(0.2)  # time in which a polling runner would look a dozen times
+    looked = env.stats.checks
+    released.touch()
+    async with asyncio.timeout(60):  # told at once, else only after answer_check_sec
+        result = await running
+    assert result.stdout == b"out\n"
+    assert (env.stats.requests, env.stats.notifications) == (1, 1)
+    assert looked == 1  # when the wait began, and not since
+    assert env.stats.checks == 2  # and once more when the shim's line came
+
+
+async def test_kills_are_told_through_the_done_fifo(container: FakeContainer) -> None:
+    env = ShimEnvironment(container.control_dir, kill_grace_sec=GRACE_SEC, answer_check_sec=600)
+    await env.wait_ready(timeout_sec=20)
+    async with asyncio.timeout(60):  # told at once, else only after answer_check_sec
+        timed_out = await env.run("sleep 4567", timeout_sec=0.5)
+        await env.kill_all()
+    assert timed_out.timed_out
+    assert container.processes_running("4567") == []
+    # The run, the kill of its session and the kill-all. Looks for rc: two per request at
+    # most, one more at the run's deadline and one for the killed run's own rc, where a
+    # polling runner looks dozens of times in the run's half second alone.
+    assert env.stats.requests == 3
+    assert env.stats.checks <= 2 * 3 + 2
+
+
+async def test_a_shim_that_announces_no_answers_is_polled(tmp_path: Path) -> None:
+    with fake_container(tmp_path, command=["/bin/sh", "-c", NO_DONE_KEY, SHIM_NAME, CONTROL_DIR]):
+        control_dir = tmp_path / "control"
+        env = ShimEnvironment(control_dir, kill_grace_sec=GRACE_SEC)
+        await env.wait_ready(timeout_sec=20)
+        assert env.info is not None
+        assert (env.info.version, env.info.notifies_done) == (2, False)
+        assert not env.waits_on_done_fifo
+        assert not (control_dir / DONE_FIFO).exists()
+        result = await env.run("sleep 0.2; echo polled", timeout_sec=10)
+        assert result.stdout == b"polled\n"
+        assert env.stats.notifications == 0
+        assert env.stats.checks > 2  # polled
+
+
+async def test_a_runner_may_poll_even_where_the_shim_announces_answers(
+    container: FakeContainer,
+) -> None:
+    env = ShimEnvironment(container.control_dir, kill_grace_sec=GRACE_SEC, done_fifo=False)
+    await env.wait_ready(timeout_sec=20)
+    assert not env.waits_on_done_fifo
+    assert (await env.run("echo polled", timeout_sec=10)).stdout == b"polled\n"
+    assert env.stats.notifications == 0
+
+
+async def test_a_silent_done_fifo_is_given_up_for_polling(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with fake_container(tmp_path, command=["/bin/sh", "-c", SILENT_DONE, SHIM_NAME, CONTROL_DIR]):
+        env = ShimEnvironment(tmp_path / "control", kill_grace_sec=GRACE_SEC, answer_check_sec=0.2)
+        await env.wait_ready(timeout_sec=20)
+        for number in range(1, 4):
+            assert env.waits_on_done_fifo
+            result = await env.run(f"sleep 0.1; echo {number}", timeout_sec=10)
+            assert result.stdout == f"{number}\n".encode()
+        # Three answers with no line: the runner polls from now on.
+        assert env.stats.untold == 3
+        assert not env.waits_on_done_fifo
+        assert "answered 3 requests without a line in its done FIFO" in caplog.text
+        last = await env.run("echo polled", timeout_sec=10)
+        assert last.stdout == b"polled\n"
+        assert env.stats.notifications == 0
+
+
+async def test_a_done_fifo_replaced_by_a_file_is_given_up_for_polling(
+    env: ShimEnvironment, container: FakeContainer
+) -> None:
+    done = container.control_dir / DONE_FIFO
+    done.unlink()
+    done.write_text("not a FIFO any more")
+    result = await env.run("echo polled", timeout_sec=10)
+    assert result.stdout == b"polled\n"
+    assert not env.waits_on_done_fifo
+
+
+# -- one request for a preparation and a copy ----------------------------------------------------
+
+
+async def test_put_files_runs_its_prepare_script_first_in_the_same_request(
+    env: ShimEnvironment, container: FakeContainer, tmp_path: Path
+) -> None:
+    local = tmp_path / "data.txt"
+    local.write_text("data\n")
+    prepare = "set -e; rm -rf /tmp/placed; mkdir -p /tmp/placed; echo prepared >/tmp/placed/mark"
+    await env.put_files(local, "/tmp/placed/data.txt", owner="agent", prepare=prepare)
+    assert env.stats.requests == 1
+    placed = container.root / "tmp" / "placed"
+    assert (placed / "data.txt").read_text() == "data\n"
+    assert (placed / "data.txt").stat().st_uid == AGENT_UID
+    assert (placed / "mark").read_text() == "prepared\n"
+
+
+async def test_a_failed_prepare_script_copies_nothing_and_its_set_e_holds(
+    env: ShimEnvironment, container: FakeContainer, tmp_path: Path
+) -> None:
+    local = tmp_path / "data.txt"
+    local.write_text("data\n")
+    # A `set -e` on the left of && would be ignored, and the script would go on to the touch.
+    prepare = "set -e; echo preparing >&2; (exit 3); touch /tmp/went-on"
+    with pytest.raises(FileTransferError) as raised:
+        await env.put_files(local, "/tmp/other/data.txt", prepare=prepare)
+    message = str(raised.value)
+    assert message.startswith(f"preparing for and copying {local} to /tmp/other/data.txt")
+    assert "failed (exit code 3): preparing" in message
+    assert not (container.root / "tmp" / "went-on").exists()
+    assert not (container.root / "tmp" / "other").exists()

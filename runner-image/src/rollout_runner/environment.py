@@ -75,13 +75,21 @@ class Environment(abc.ABC):
 
     @abc.abstractmethod
     async def put_files(
-        self, local_path: Path, container_path: str, *, owner: str | None = None
+        self,
+        local_path: Path,
+        container_path: str,
+        *,
+        owner: str | None = None,
+        prepare: str | None = None,
     ) -> None:
         """Copy a local file or directory into the environment.
 
         `container_path` is absolute. A file is written at it; a directory's contents are placed
         in it, created if needed and merged with what is there. With `owner`, the tree at
-        `container_path` is then owned by that user (a user name).
+        `container_path` is then owned by that user (a user name). `prepare` is a script of the
+        runner's own that runs first, as the environment's default user, in the same step (one
+        round trip to a trial Pod's shim): when it fails, nothing is copied and the transfer
+        fails (`FileTransferError`).
         """
 
     @abc.abstractmethod
@@ -119,7 +127,12 @@ class NoEnvironment(Environment):
         raise EnvironmentFailure("this trial has no environment to run commands in")
 
     async def put_files(
-        self, local_path: Path, container_path: str, *, owner: str | None = None
+        self,
+        local_path: Path,
+        container_path: str,
+        *,
+        owner: str | None = None,
+        prepare: str | None = None,
     ) -> None:
         raise FileTransferError("this trial has no environment to copy files into")
 

@@ -111,19 +111,19 @@ async def record_unrun(
 
 
 async def _prepare(ctx: TrialContext, row: RowData) -> None:
-    """Empty the agent's and the verifier's logs of the row before, then place the instruction
-    (the oracle runs nothing in the environment: nothing to empty)."""
-    if ctx.spec.needs_environment:
-        script = f"rm -rf {AGENT_LOGS} {VERIFIER_LOGS}; {prepare_script(ctx.agent_user)}"
-        await ctx.housekeeping(script, "emptying /logs for the next row")
-    await _place_instruction(ctx, row)
+    """Empty the agent's and the verifier's logs of the row before, then place the instruction,
+    in one step (the oracle runs nothing in the environment: nothing to empty)."""
+    script = f"rm -rf {AGENT_LOGS} {VERIFIER_LOGS}; {prepare_script(ctx.agent_user)}"
+    await _place_instruction(ctx, row, prepare=script)
 
 
-async def _place_instruction(ctx: TrialContext, row: RowData) -> None:
+async def _place_instruction(ctx: TrialContext, row: RowData, prepare: str | None = None) -> None:
     local = ctx.options.work_dir / "instruction.md"
     await asyncio.to_thread(_write_text, local, row.instruction)
     if ctx.spec.needs_environment:  # else the runner answers (the oracle, an HTTP agent)
-        await ctx.environment.put_files(local, ctx.spec.instruction_path, owner=ctx.agent_user)
+        await ctx.environment.put_files(
+            local, ctx.spec.instruction_path, owner=ctx.agent_user, prepare=prepare
+        )
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -2,8 +2,10 @@
 
 The runner and the shim share only a directory (see `rollout.api.wire.shim` for the protocol).
 Each operation writes a request there, wakes the shim (protocol 2: a line into its FIFO; a shim of
-protocol 1 polls) and polls, with short asyncio sleeps, for the shim's answer; the runner enforces
-every timeout itself and asks the shim to kill what overstays.
+protocol 1 polls) and waits for the shim's answer: the shim's line in the runner's FIFO `done`
+wakes it (a shim that announces `done`), else it polls with short asyncio sleeps. The runner
+enforces every timeout itself and asks the shim to kill what overstays. `stats` counts the
+requests and the looks for answers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shlex
 import shutil
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 
@@ -31,6 +34,8 @@ from rollout_runner.environment import (
     FileTransferError,
 )
 from rollout_runner.shim_requests import (
+    DoneFifo,
+    DoneFifoUnusable,
     ShimInfo,
     cancel_unstarted,
     encode_env,
@@ -51,7 +56,26 @@ _POLL_FIRST_SEC = 0.001
 _POLL_FAST_MAX_SEC = 0.01
 _POLL_FAST_PHASE_SEC = 2.0
 _POLL_MAX_SEC = 0.05
+# With the done FIFO: how often the runner still looks for an answer it was not told of, and
+# how many answers found that way (not told of in time) make it poll instead.
+ANSWER_CHECK_SEC = 0.5
+UNTOLD_ANSWERS_TO_POLL = 3
 NO_FILES: Mapping[str, bytes] = MappingProxyType({})
+
+
+@dataclass
+class ShimStats:
+    """What a `ShimEnvironment` asked of its shim, and how it learnt of the answers."""
+
+    requests: int = 0
+    """Requests written (each a round trip to the shim)."""
+    checks: int = 0
+    """Looks for a request's `rc` file: once per poll when polling, and with the done FIFO
+    once when the wait begins, once per line of the shim's and once per `ANSWER_CHECK_SEC`."""
+    notifications: int = 0
+    """Wakes by a line of the shim's in the done FIFO."""
+    untold: int = 0
+    """Answers found by the look every `ANSWER_CHECK_SEC`, before (or without) their line."""
 
 
 class ShimNotReady(EnvironmentNotReady):
@@ -68,6 +92,8 @@ class ShimEnvironment(Environment):
     `kill_grace_sec` is how long a killed command gets between TERM and KILL;
     `response_timeout_sec` bounds how long the shim may take to answer a kill, kill-all or exit
     (beyond that grace) before `ShimUnresponsive`; `transfer_timeout_sec` bounds one file copy.
+    `answer_check_sec` is how often, while the shim's done FIFO serves, the runner looks for an
+    answer anyway; `done_fifo` False polls for every answer even so.
     """
 
     def __init__(
@@ -77,12 +103,18 @@ class ShimEnvironment(Environment):
         kill_grace_sec: float = 5.0,
         response_timeout_sec: float = 30.0,
         transfer_timeout_sec: float = 600.0,
+        answer_check_sec: float = ANSWER_CHECK_SEC,
+        done_fifo: bool = True,
     ) -> None:
         self.control_dir = control_dir
         self.kill_grace_sec = kill_grace_sec
         self.response_timeout_sec = response_timeout_sec
         self.transfer_timeout_sec = transfer_timeout_sec
+        self.answer_check_sec = answer_check_sec
         self.info: ShimInfo | None = None
+        self.stats = ShimStats()
+        self._use_done_fifo = done_fifo
+        self._done: DoneFifo | None = None
         self._shim_uid: int | None = None
         self._requests = control_dir / shim.REQUESTS_DIR
         self._transfers = control_dir / shim.TRANSFER_DIR
@@ -108,7 +140,15 @@ class ShimEnvironment(Environment):
         # Who the shim is on this side: the owner of the file it wrote. Its `uid` is as the
         # environment sees it, which differs in a user namespace (the host sandbox without root).
         self._shim_uid = (await asyncio.to_thread(ready.stat)).st_uid
+        if info.notifies_done and self._use_done_fifo:
+            done = self.control_dir / shim.DONE_FIFO
+            self._done = await asyncio.to_thread(DoneFifo.create, done, self._shim_owner())
         await asyncio.to_thread(self._restrict_control_dir, self._shim_uid)
+
+    @property
+    def waits_on_done_fifo(self) -> bool:
+        """Whether the shim's lines in the done FIFO tell this runner of answers (else it polls)."""
+        return self._done is not None
 
     def _restrict_control_dir(self, shim_uid: int | None) -> None:
         """Close the control directory to everyone but the shim's user (and the runner).
@@ -160,7 +200,7 @@ class ShimEnvironment(Environment):
         started = time.monotonic()
         request = await self._submit("run", files, secret)
         try:
-            done = await self._wait_for(request / shim.RC_FILE, started + timeout_sec)
+            done = await self._wait_for_answer(request, started + timeout_sec)
             if done:
                 exit_code, stdout, stderr = await asyncio.to_thread(read_result, request)
                 return ExecResult(exit_code, stdout, stderr, False, time.monotonic() - started)
@@ -199,7 +239,12 @@ class ShimEnvironment(Environment):
     # -- files ---------------------------------------------------------------------------------
 
     async def put_files(
-        self, local_path: Path, container_path: str, *, owner: str | None = None
+        self,
+        local_path: Path,
+        container_path: str,
+        *,
+        owner: str | None = None,
+        prepare: str | None = None,
     ) -> None:
         _check_container_path(container_path)
         if owner is not None and not _USER_NAME.match(owner):
@@ -221,10 +266,13 @@ class ShimEnvironment(Environment):
                 copy = f"mkdir -p {parent} && cp -P {shlex.quote(source)} {destination}"
             if owner is not None:
                 copy += f" && chown -R {shlex.quote(owner)} {destination}"
+            if prepare is not None:
+                copy = _after(prepare, copy)
             result = await self.run(copy, timeout_sec=self.transfer_timeout_sec)
         finally:
             await asyncio.to_thread(shutil.rmtree, staging, True)
-        _check_transfer(result, f"copying {local_path} to {container_path} in the environment")
+        what = f"copying {local_path} to {container_path} in the environment"
+        _check_transfer(result, f"preparing for and {what}" if prepare is not None else what)
 
     async def get_files(self, container_path: str, local_path: Path) -> None:
         _check_container_path(container_path)
@@ -264,16 +312,67 @@ class ShimEnvironment(Environment):
     ) -> Path:
         request = self._requests / self._new_id()
         await asyncio.to_thread(write_request, request, line, files, secret, self._shim_owner())
+        self.stats.requests += 1
         if self.info is not None and self.info.version >= shim.WAKE_VERSION:
             wake_shim(self.control_dir / shim.WAKE_FIFO)
         log.debug("shim request %s: %s", request.name, line.split()[0])
         return request
 
-    async def _wait_for(self, path: Path, deadline: float) -> bool:
-        """Poll for `path` until `deadline` (time.monotonic()); quickly at first, then gently."""
+    async def _wait_for_answer(self, request: Path, deadline: float) -> bool:
+        """Wait for the shim's answer to `request` (its `rc`) until `deadline`; False then."""
+        rc = request / shim.RC_FILE
+        done = self._done
+        if done is not None:
+            try:
+                return await self._wait_told(done, request, deadline)
+            except DoneFifoUnusable as err:
+                log.warning("the done FIFO does not serve (%s): polling for answers", err)
+                self._done = None
+        return await self._wait_for(rc, deadline, count=True)
+
+    async def _wait_told(self, done: DoneFifo, request: Path, deadline: float) -> bool:
+        """`_wait_for_answer` with the done FIFO: a look for `rc`, then one after each line of
+        the shim's about `request` and every `answer_check_sec`."""
+        rc = request / shim.RC_FILE
+        with done.watching(request.name) as told:
+            while not self._check(rc):
+                now = time.monotonic()
+                if now >= deadline:
+                    return False
+                wait = min(self.answer_check_sec, deadline - now)
+                try:
+                    async with asyncio.timeout(wait):
+                        await told.wait()
+                except TimeoutError:
+                    if wait < self.answer_check_sec or not self._check(rc):
+                        continue
+                    # Answered, and no line said so yet: a line on its way (the look came
+                    # between rc and the line), or a FIFO that does not serve (say, the shim
+                    # may not open it). After a few, poll.
+                    self.stats.untold += 1
+                    if self._done is not None and self.stats.untold >= UNTOLD_ANSWERS_TO_POLL:
+                        log.warning(
+                            "the shim answered %d requests without a line in its done FIFO "
+                            "(the last %s): polling for answers from now on",
+                            self.stats.untold,
+                            request.name,
+                        )
+                        self._done = None
+                    return True
+                told.clear()
+                self.stats.notifications += 1
+        return True
+
+    def _check(self, rc: Path) -> bool:
+        self.stats.checks += 1
+        return request_file_exists(rc)
+
+    async def _wait_for(self, path: Path, deadline: float, *, count: bool = False) -> bool:
+        """Poll for `path` until `deadline` (time.monotonic()); quickly at first, then gently.
+        `count`: each look is one of `stats.checks`."""
         started = time.monotonic()
         delay = _POLL_FIRST_SEC
-        while not request_file_exists(path):
+        while not (self._check(path) if count else request_file_exists(path)):
             now = time.monotonic()
             if now >= deadline:
                 return False
@@ -286,7 +385,7 @@ class ShimEnvironment(Environment):
         self, request: Path, what: str, *, grace: bool
     ) -> tuple[int | None, bytes, bytes]:
         timeout = self.response_timeout_sec + (self.kill_grace_sec if grace else 0.0)
-        if not await self._wait_for(request / shim.RC_FILE, time.monotonic() + timeout):
+        if not await self._wait_for_answer(request, time.monotonic() + timeout):
             raise ShimUnresponsive(
                 f"the environment's shim did not answer the {what} request {request.name} "
                 f"within {timeout:g}s"
@@ -312,7 +411,7 @@ class ShimEnvironment(Environment):
         # The session is empty, so the command's main process has ended and its rc follows,
         # unless something killed the shim's handler too (a root agent's `kill -9 -1`).
         deadline = time.monotonic() + self.response_timeout_sec
-        if not await self._wait_for(request / shim.RC_FILE, deadline):
+        if not await self._wait_for_answer(request, deadline):
             log.warning("the killed request %s never reported its exit status", request.name)
 
     async def _terminate_quietly(self, request: Path) -> None:
@@ -350,6 +449,12 @@ def _unstage(staged: Path, local_path: Path) -> None:
     else:
         local_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(staged, local_path, follow_symlinks=False)
+
+
+def _after(prepare: str, command: str) -> str:
+    """`command`, run once the script `prepare` succeeded. `prepare` runs in a subshell of its
+    own, never on the left of `&&` or `||`, where sh would ignore a `set -e` of its."""
+    return f"(\n{prepare}\n)\nr=$?; [ $r -eq 0 ] || exit $r\n{command}"
 
 
 def _check_container_path(container_path: str) -> None:

@@ -4,11 +4,14 @@ for the protocol itself)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import re
 import shlex
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +37,8 @@ class ShimInfo:
     user_switch: str
     """The tool that runs commands as another user (`su`, `runuser`, `setpriv`), or ''."""
     uid: int | None
+    notifies_done: bool = False
+    """The shim writes each request's id to the runner's FIFO `done` when it ends (`DoneFifo`)."""
 
     @classmethod
     def parse(cls, text: str) -> ShimInfo:
@@ -47,6 +52,7 @@ class ShimInfo:
                 has_setsid=bool(fields["setsid"]),
                 user_switch=fields["su"],
                 uid=int(fields["uid"]) if fields["uid"].isdigit() else None,
+                notifies_done=fields.get("done") == "1",
             )
         except (KeyError, ValueError) as err:
             raise EnvironmentFailure(
@@ -156,3 +162,103 @@ def read_result(request: Path) -> tuple[int | None, bytes, bytes]:
     except ValueError as err:
         raise EnvironmentFailure(f"request {request.name}: the shim wrote rc {rc!r}") from err
     return exit_code, read(shim.STDOUT_FILE), read(shim.STDERR_FILE)
+
+
+class DoneFifoUnusable(Exception):
+    """The done FIFO cannot be opened or watched (it was replaced, say): poll instead."""
+
+
+class DoneFifo:
+    """The runner's end of the FIFO `done`, to which the shim writes a request's id when it ends.
+
+    The runner makes the FIFO (`create`); it is open here only while some request is awaited
+    (`watching`), read-write and non-blocking, so that it never reads EOF and never blocks, and
+    the running event loop reads it. The shim's lines are only a hint: an id that comes while
+    nobody watches is dropped, which is why a watcher looks for its `rc` after it starts
+    watching, and then after each wake.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchers: dict[str, list[asyncio.Event]] = {}
+        self._partial = b""
+
+    @classmethod
+    def create(cls, path: Path, owner: int | None) -> DoneFifo | None:
+        """Make the FIFO `path` for the shim (mode 0600, given to `owner`, the shim's uid when
+        not ours); None, logged, when it cannot be made (the runner then polls)."""
+        try:
+            try:
+                os.mkfifo(path, 0o600)
+            except FileExistsError:
+                # A FIFO a runner made before (the runner's container restarted) serves again.
+                if not stat.S_ISFIFO(os.lstat(path).st_mode):
+                    raise
+            if owner is not None:
+                os.chown(path, owner, -1, follow_symlinks=False)
+        except OSError as err:
+            log.debug("cannot make the done FIFO %s, polling for answers instead: %s", path, err)
+            return None
+        return cls(path)
+
+    @contextlib.contextmanager
+    def watching(self, request_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever the shim says that request `request_id` ended, while inside;
+        `DoneFifoUnusable` before entering when the FIFO cannot serve."""
+        event = asyncio.Event()
+        if self._fd is None:
+            self._open()
+        self._watchers.setdefault(request_id, []).append(event)
+        try:
+            yield event
+        finally:
+            events = self._watchers[request_id]
+            events.remove(event)
+            if not events:
+                del self._watchers[request_id]
+            if not self._watchers:
+                self._close()
+
+    def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as err:
+            raise DoneFifoUnusable(f"cannot open {self.path}: {err}") from err
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                raise DoneFifoUnusable(f"{self.path} is no longer a FIFO")
+            loop.add_reader(fd, self._read)
+        except BaseException as err:
+            os.close(fd)
+            if isinstance(err, OSError):
+                raise DoneFifoUnusable(f"cannot watch {self.path}: {err}") from err
+            raise
+        self._fd, self._loop, self._partial = fd, loop, b""
+
+    def _close(self) -> None:
+        fd, loop = self._fd, self._loop
+        self._fd = self._loop = None
+        if fd is None:
+            return
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(fd)
+        os.close(fd)
+
+    def _read(self) -> None:
+        if self._fd is None:
+            return
+        data = self._partial
+        try:
+            while chunk := os.read(self._fd, 4096):
+                data += chunk
+        except BlockingIOError:
+            pass
+        except OSError as err:
+            log.debug("reading the done FIFO %s: %s", self.path, err)
+        *lines, self._partial = data.split(b"\n")
+        for line in lines:
+            for event in self._watchers.get(line.decode(errors="replace"), ()):
+                event.set()

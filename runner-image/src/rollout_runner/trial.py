@@ -1,6 +1,7 @@
 """One trial from start to finish: the phases in order, then collection, teardown and uploads.
 
     environment setup -> agent (install, execute | oracle) -> verifier      (phases/, in order)
+                                          `-> uploads of setup/ and command/ begin
     then, in a `finally`:  gather /logs -> teardown -> result.json -> uploads (result.json last)
 
 Each phase records its errors in the `TrialRecord` and later phases skip themselves when an error
@@ -119,16 +120,19 @@ async def run_trial(
         spec.task_name,
         spec.attempt,
     )
+    uploads = collect.Uploads(ctx)
     try:
-        await _run_phases(ctx, stop)
+        await _run_phases(ctx, stop, uploads)
     finally:
         logs = await _guarded(ctx, collect.gather_logs(ctx), "gathering /logs") or []
         await _guarded(ctx, teardown.run(ctx), "teardown")
         ctx.record.finish()
         result = collect.trial_result(ctx)
         error = collect.error_text(ctx)
-        outputs, final = await asyncio.to_thread(collect.stage_trial_files, ctx, result, error)
-        outcome = await collect.upload(ctx, [*outputs, *logs, *final])
+        outputs, final = await asyncio.to_thread(
+            collect.stage_trial_files, ctx, result, error, uploads.keys
+        )
+        outcome = await uploads.finish([*outputs, *logs, *final])
     _log_outcome(ctx, result)
     return TrialReport(
         result=result,
@@ -139,8 +143,10 @@ async def run_trial(
     )
 
 
-async def _run_phases(ctx: TrialContext, stop: asyncio.Event | None) -> None:
-    phases = asyncio.create_task(_phases(ctx))
+async def _run_phases(
+    ctx: TrialContext, stop: asyncio.Event | None, uploads: collect.Uploads
+) -> None:
+    phases = asyncio.create_task(_phases(ctx, uploads))
     if stop is None:
         await phases
         return
@@ -155,10 +161,11 @@ async def _run_phases(ctx: TrialContext, stop: asyncio.Event | None) -> None:
     await phases
 
 
-async def _phases(ctx: TrialContext) -> None:
+async def _phases(ctx: TrialContext, uploads: collect.Uploads) -> None:
     try:
         await setup.run(ctx)
         await agent.run(ctx)
+        await _upload_outputs(ctx, uploads)
         await verifier.run(ctx)
     except asyncio.CancelledError:
         ctx.record.fail(
@@ -172,6 +179,15 @@ async def _phases(ctx: TrialContext) -> None:
             f"Unexpected error during {_phase_name(ctx)}: {type(err).__name__}: {err}",
             traceback.format_exc(),
         )
+
+
+async def _upload_outputs(ctx: TrialContext, uploads: collect.Uploads) -> None:
+    """Start uploading setup/ and command/, which nothing after the agent changes, while the
+    verifier runs. A file that cannot be staged now is staged (or fails) at the end."""
+    try:
+        uploads.start(await asyncio.to_thread(collect.stage_outputs, ctx))
+    except OSError as err:
+        log.warning("the agent's output is uploaded at the end: %s", err)
 
 
 async def _guarded(ctx: TrialContext, step: Awaitable[T], what: str) -> T | None:

@@ -31,7 +31,6 @@ from rollout.api.taskdir import ROOT_SOLUTION_SCRIPT, Task
 from rollout.api.tracecontext import TRACEPARENT_ENV_VAR
 from rollout_runner.context import AGENT_LOGS, AGENT_SCRIPTS, ORACLE, TrialContext
 from rollout_runner.environment import EnvironmentFailure, ExecResult
-from rollout_runner.phases import service
 from rollout_runner.phases.common import output_detail
 from rollout_runner.record import Phase
 
@@ -121,6 +120,9 @@ async def _in_runner(ctx: TrialContext, task: Task) -> None:
     """An endpoint or model agent on a task: the runner asks it with the instruction and writes
     what it answered to /logs/agent/ (answer.txt and the call's files), where the task's
     verifier finds it."""
+    # Only these agents need the HTTP and model clients: the runner's start stays light.
+    from rollout_runner.phases import service
+
     question = service.Question(
         task_id=ctx.spec.task_name,
         question=task.instruction,

@@ -12,10 +12,13 @@ Objects, under `<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/`:
 
 Every object passes through the `Redactor` (see `rollout_runner.redact`). Symlinks and special
 files in /logs are skipped (the agent wrote that tree), and so are files whose names the store
-refuses (`InvalidKey`). Uploads run in one daemon thread, in the
-order above, on a deadline of their own (`upload_timeout_sec`); each call is retried by the
-storage module's policy, and the first object that still fails stops the uploads, so that a
-trial whose files are not all in storage never gets its result.json there either.
+refuses (`InvalidKey`). Uploads run in daemon threads (`Uploads`), one at a time until one has
+gone through, then up to `UPLOAD_THREADS` at once: setup/ and command/ as soon as the agent is
+done (nothing after it changes them), while the verifier runs; the others once the trial ends;
+then result.json alone, once every other object is stored. They run on a deadline of their own
+(`upload_timeout_sec`, from the trial's end); each call is retried by the storage module's
+policy, and the first object that still fails stops the uploads, so that a trial whose files
+are not all in storage never gets its result.json there either.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import logging
 import os
 import stat
 import threading
+from collections import deque
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +51,7 @@ from rollout_runner.threads import in_daemon_thread
 log = logging.getLogger(__name__)
 
 OUTPUT_FILES = (SETUP_STDOUT, SETUP_STDERR, COMMAND_STDOUT, COMMAND_STDERR)
+UPLOAD_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -140,17 +146,27 @@ def error_text(ctx: TrialContext) -> str | None:
     return ctx.redactor.text("\n".join(lines) + "\n")
 
 
-def stage_trial_files(
-    ctx: TrialContext, result: TrialResult, error: str | None
-) -> tuple[list[Upload], list[Upload]]:
-    """(setup/ and command/ outputs, then error.txt and result.json), written scrubbed."""
+def stage_outputs(ctx: TrialContext, skip: Container[str] = ()) -> list[Upload]:
+    """The setup/ and command/ outputs, written scrubbed; those whose keys are in `skip` (staged
+    before) are left as they are."""
     staging = _staging(ctx)
     prefix = ctx.trial_prefix
     outputs: list[Upload] = []
     for name in OUTPUT_FILES:
-        if name in ctx.outputs:
+        if name in ctx.outputs and prefix + name not in skip:
             data = ctx.redactor.data(ctx.outputs[name])
             outputs.append(_write(staging / name, prefix + name, data))
+    return outputs
+
+
+def stage_trial_files(
+    ctx: TrialContext, result: TrialResult, error: str | None, skip: Container[str] = ()
+) -> tuple[list[Upload], list[Upload]]:
+    """(setup/ and command/ outputs but those in `skip`, then error.txt and result.json),
+    written scrubbed."""
+    staging = _staging(ctx)
+    prefix = ctx.trial_prefix
+    outputs = stage_outputs(ctx, skip)
     final: list[Upload] = []
     if error is not None:
         final.append(_write(staging / ERROR_TXT, prefix + ERROR_TXT, error.encode()))
@@ -166,43 +182,123 @@ def _write(path: Path, key: str, data: bytes) -> Upload:
 
 
 async def upload(ctx: TrialContext, uploads: list[Upload]) -> UploadOutcome:
-    """Upload in order, stopping at the first failure or at the upload deadline."""
-    timeout = ctx.options.upload_timeout_sec
-    done: list[str] = []
-    give_up = threading.Event()
+    """Upload `uploads`, result.json (the last) after all the others; see `Uploads.finish`."""
+    return await Uploads(ctx).finish(uploads)
 
-    def work() -> None:
-        for item in uploads:
-            if give_up.is_set():
-                return
+
+class Uploads:
+    """A trial's uploads: started as their files become final (`start`), finished with the rest
+    and result.json (`finish`).
+
+    Daemon threads take the objects in the order given: one until an object has gone through
+    (a dead endpoint costs one object's retries, not several), then up to `UPLOAD_THREADS`. The
+    first object that still fails (after the storage module's retries) stops them: nothing more
+    starts, and result.json is not uploaded; `finish` reports the failure as it would if every
+    object had been uploaded at the end.
+    """
+
+    def __init__(self, ctx: TrialContext) -> None:
+        self._ctx = ctx
+        self._lock = threading.Condition()
+        self._queue: deque[Upload] = deque()
+        self._keys: set[str] = set()
+        self._done: list[str] = []
+        self._workers = 0
+        self._failure: Exception | None = None
+        self._give_up = threading.Event()
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """The keys of every object started so far (uploaded, under way or queued)."""
+        with self._lock:
+            return frozenset(self._keys)
+
+    def start(self, uploads: list[Upload]) -> None:
+        """Begin uploading `uploads` now, in the background."""
+        with self._lock:
+            self._queue.extend(uploads)
+            self._keys.update(upload.key for upload in uploads)
+            self._spawn()
+
+    def _spawn(self) -> None:
+        """Start workers for what is queued (the lock held)."""
+        most = UPLOAD_THREADS if self._done else 1
+        wanted = min(most, self._workers + len(self._queue))
+        while self._workers < wanted and self._failure is None and not self._give_up.is_set():
+            self._workers += 1
+            threading.Thread(target=self._work, name="rollout-upload", daemon=True).start()
+
+    async def finish(self, uploads: list[Upload]) -> UploadOutcome:
+        """Upload `uploads` beside what is under way, then, once everything else is stored,
+        their last object, result.json. Never raises for a storage failure or a deadline: the
+        outcome says what was not uploaded."""
+        ctx = self._ctx
+        *rest, last = uploads
+        if not last.key.endswith(RESULT_JSON):
+            raise ValueError(f"the last object to upload must be result.json, not {last.key}")
+        timeout = ctx.options.upload_timeout_sec
+        error: str | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                self.start(rest)
+                await in_daemon_thread(self._wait, name="rollout-upload-wait")
+                if self._failure is None:
+                    self.start([last])
+                    await in_daemon_thread(self._wait, name="rollout-upload-wait")
+        except TimeoutError:
+            self._give_up.set()
+            with self._lock:
+                self._lock.notify_all()
+            error = f"the uploads did not finish within {timeout:g}s"
+        with self._lock:
+            failure, done, total = self._failure, list(self._done), len(self._keys | {last.key})
+        if isinstance(failure, StorageError):
+            error = str(failure)
+        elif isinstance(failure, OSError):
+            error = f"a trial file could not be read for upload: {failure}"
+        elif failure is not None:
+            raise failure
+        if error is not None:
+            missing = total - len(done)
+            error = ctx.redactor.text(
+                f"{error}; {len(done)} of {total} objects were uploaded, {missing} "
+                f"(result.json among them) were not"
+            )
+            log.error("uploading the trial's files failed: %s", error)
+        return UploadOutcome(uploaded=done, error=error)
+
+    def _wait(self) -> None:
+        """Block until nothing is queued or under way (or the uploads have stopped)."""
+        with self._lock:
+            while self._workers and not self._give_up.is_set():
+                self._lock.wait()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue or self._failure is not None or self._give_up.is_set():
+                    self._workers -= 1
+                    self._lock.notify_all()
+                    return
+                item = self._queue.popleft()
             try:
-                ctx.store.upload_file(item.path, item.key)
+                self._ctx.store.upload_file(item.path, item.key)
             except FileNotFoundError:
-                ctx.record.notes.append(f"{item.key} was not uploaded: its file vanished")
+                self._ctx.record.notes.append(f"{item.key} was not uploaded: its file vanished")
                 continue
             except InvalidKey:
                 # A file name the agent chose (a backslash, in a directory store): that file
                 # is skipped, so that it cannot keep the trial's result.json from being stored.
-                ctx.record.notes.append(f"{item.key} was not uploaded: storage refuses the name")
+                self._ctx.record.notes.append(
+                    f"{item.key} was not uploaded: storage refuses the name"
+                )
                 continue
-            done.append(item.key)
-
-    error: str | None = None
-    try:
-        async with asyncio.timeout(timeout):
-            await in_daemon_thread(work, name="rollout-upload")
-    except TimeoutError:
-        give_up.set()
-        error = f"the uploads did not finish within {timeout:g}s"
-    except StorageError as err:
-        error = str(err)
-    except OSError as err:
-        error = f"a trial file could not be read for upload: {err}"
-    if error is not None:
-        missing = len(uploads) - len(done)
-        error = ctx.redactor.text(
-            f"{error}; {len(done)} of {len(uploads)} objects were uploaded, {missing} "
-            f"(result.json among them) were not"
-        )
-        log.error("uploading the trial's files failed: %s", error)
-    return UploadOutcome(uploaded=list(done), error=error)
+            except Exception as err:
+                with self._lock:
+                    if self._failure is None:
+                        self._failure = err
+                continue
+            with self._lock:
+                if not self._give_up.is_set():
+                    self._done.append(item.key)
+                    self._spawn()

@@ -7,10 +7,12 @@ ready signal), downloading the task archive (`tasks/<contentHash>.tar.gz`) into 
 work directory, which the environment cannot see (tests/ and solution/ stay hidden from the
 agent), resolving the `${VAR}`s of task.toml's [environment.env] from the agent's env (a
 variable it does not set is `task_invalid`, before any command of the agent), and copying
-instruction.md to the instruction path. With an agent user, /logs/verifier,
-/tests and /tmp/rllm are made root-only (0700) here, before the agent can touch them, and
-/logs/agent is given to the agent. When the job isolates agents and none is declared, the agent
-user is created first (`rollout_runner.isolation`).
+instruction.md to the instruction path. The task is downloaded and unpacked while the
+environment starts; what went wrong with it is recorded only once the environment is ready, so
+that an environment that never starts is the trial's error whatever the task. With an agent
+user, /logs/verifier, /tests and /tmp/rllm are made root-only (0700) here, before the agent can
+touch them, and /logs/agent is given to the agent. When the job isolates agents and none is
+declared, the agent user is created first (`rollout_runner.isolation`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import logging
 import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from rollout.api.envrefs import resolve_task_env
@@ -51,13 +54,26 @@ log = logging.getLogger(__name__)
 
 READY_GRACE_SEC = 30.0
 
+Fail = Callable[[ErrorType, str], None]
+"""Where an error is recorded: `TrialRecord.fail`, or a list kept for later."""
+
 
 async def run(ctx: TrialContext) -> None:
     """Run the environment setup phase; on failure the error is recorded and nothing follows."""
     with ctx.record.phase(Phase.ENVIRONMENT_SETUP):
-        if not await wait_for_environment(ctx):
+        problems: list[tuple[ErrorType, str]] = []
+        fetching = asyncio.ensure_future(_fetch_task(ctx, lambda *p: problems.append(p)))
+        fetching.add_done_callback(_retrieve)
+        try:
+            ready = await wait_for_environment(ctx)
+        finally:
+            if not fetching.done() and not ctx.environment_ready:
+                fetching.cancel()  # its storage call is abandoned (a daemon thread)
+        if not ready:
             return
-        task = await _fetch_task(ctx)
+        task = await fetching
+        for error_type, message in problems:
+            ctx.record.fail(error_type, message)
         if task is None:
             return
         ctx.task = task
@@ -75,9 +91,12 @@ async def run(ctx: TrialContext) -> None:
             if ctx.creates_agent_user:
                 what = f"creating the agent user {ISOLATED_AGENT_USER}"
                 await ctx.housekeeping(create_agent_user_script(), what, cwd=ctx.workdir)
-            await ctx.housekeeping(prepare_script(ctx.agent_user), "preparing /logs")
+            # /logs prepared and the instruction placed in one step (one round trip).
             await ctx.environment.put_files(
-                task.path / INSTRUCTION, ctx.spec.instruction_path, owner=ctx.agent_user
+                task.path / INSTRUCTION,
+                ctx.spec.instruction_path,
+                owner=ctx.agent_user,
+                prepare=prepare_script(ctx.agent_user),
             )
         except EnvironmentFailure as err:
             ctx.record.fail(
@@ -101,19 +120,25 @@ async def wait_for_environment(ctx: TrialContext) -> bool:
     return True
 
 
-async def _fetch_task(ctx: TrialContext) -> Task | None:
-    """Download and unpack the task; record task_not_found / task_invalid and return None."""
+def _retrieve(task: asyncio.Future[Task | None]) -> None:
+    """Take the outcome of a fetch nobody awaits (the environment failed): not an error to log."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _fetch_task(ctx: TrialContext, fail: Fail) -> Task | None:
+    """Download and unpack the task; `fail` task_not_found / task_invalid and return None."""
     spec = ctx.spec
     if spec.task_content_hash is None:
         # A task that cannot run has no archive; the operator fails its trials with no Pod.
-        ctx.record.fail(
+        fail(
             ErrorType.TASK_INVALID,
             f"Task {spec.task_name!r} of dataset {spec.dataset_name!r} has no task archive "
             "(the trial's spec names none): it cannot run",
         )
         return None
     missing = f"Task {spec.task_name!r} of dataset {spec.dataset_name!r} was not found"
-    data = await fetch_archive(ctx, spec.task_content_hash, "task archive", missing)
+    data = await fetch_archive(ctx, spec.task_content_hash, "task archive", missing, fail)
     if data is None:
         return None
     destination = ctx.options.work_dir / "task"
@@ -122,27 +147,29 @@ async def _fetch_task(ctx: TrialContext) -> Task | None:
     except InvalidInput as err:
         # Paths in the work directory mean nothing to the user: name the task instead.
         message = str(err).replace(str(destination), f"task {spec.task_name!r}")
-        ctx.record.fail(err.error_type or ErrorType.TASK_INVALID, f"The task is invalid: {message}")
+        fail(err.error_type or ErrorType.TASK_INVALID, f"The task is invalid: {message}")
         return None
 
 
 async def fetch_archive(
-    ctx: TrialContext, content_hash: str, archive: str, missing: str
+    ctx: TrialContext, content_hash: str, archive: str, missing: str, fail: Fail | None = None
 ) -> bytes | None:
     """`tasks/<content_hash>.tar.gz` from storage (a task's, or a data dataset's rows), or None
-    with the error recorded: task_not_found when it is not there (`missing` says what, e.g.
-    "Task 't' of dataset 'd' was not found"), internal_error when storage fails."""
+    with the error recorded (`fail`, by default the trial's record): task_not_found when it is
+    not there (`missing` says what, e.g. "Task 't' of dataset 'd' was not found"),
+    internal_error when storage fails."""
+    fail = fail or ctx.record.fail
     key = task_archive_key(ctx.store.prefix, content_hash)
     try:
         return await in_daemon_thread(lambda: ctx.store.get_bytes(key))
     except ObjectNotFound:
-        ctx.record.fail(
+        fail(
             ErrorType.TASK_NOT_FOUND,
             f"{missing}: there is no {archive} at {ctx.store.uri(key)} (was the dataset "
             "published to this bucket?)",
         )
     except StorageError as err:
-        ctx.record.fail(ErrorType.INTERNAL_ERROR, f"The {archive} could not be fetched: {err}")
+        fail(ErrorType.INTERNAL_ERROR, f"The {archive} could not be fetched: {err}")
     return None
 
 

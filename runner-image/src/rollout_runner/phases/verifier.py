@@ -69,8 +69,10 @@ async def _verify(ctx: TrialContext) -> None:
         return
     user = ctx.verifier_user
     locked = ctx.agent_user is not None
-    await ctx.housekeeping(_prepare_script(user, locked=locked), f"clearing {TESTS}")
-    await ctx.environment.put_files(ctx.task.path / "tests", TESTS, owner=user)
+    # /tests, /logs/verifier and /tmp/rllm emptied, then tests/ copied: one step.
+    await ctx.environment.put_files(
+        ctx.task.path / "tests", TESTS, owner=user, prepare=_prepare_script(user, locked=locked)
+    )
     timeout = ctx.spec.timeouts.verifier_sec
     log.info("running the verifier (timeout %gs, user %s)", timeout, user or "default")
     result = await ctx.run(

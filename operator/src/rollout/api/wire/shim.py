@@ -12,7 +12,8 @@ Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
   file, then rename) with `key=value` lines: `version` (1 or 2, below), `pid`, `dir` (the
   control directory as the shim sees it, for paths in commands), `cwd` (the container's working
   directory), `setsid` (`setsid` or empty), `su` (the tool used to switch user: `su`,
-  `runuser`, `setpriv` or empty), `uid`.
+  `runuser`, `setpriv` or empty), `uid`, and `done=1` from a shim that announces each request's
+  end (below; a runner ignores keys it does not know).
 - Requests: the runner creates `req/<id>/` (ids sort in submission order), writes the request's
   files into it, then renames `go.tmp` to `go`. The shim scans `req/*/go` and claims a request
   by renaming `go` to `taken`; a runner that renames `go` away first has cancelled the request
@@ -32,16 +33,27 @@ Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
     `su` cannot reset them), `user` (run as this user with su/runuser/setpriv), `cwd` (default:
     the container's working directory). stdin is /dev/null; stdout and stderr go to `out` and
     `err`. The command runs in a session of its own (`setsid`); its session id is written to
-    `pid` as soon as it starts. When the command's main process ends, its exit status (128+N
-    after signal N; 126 when the cwd or the user cannot be entered) is written to `rc`.
+    `pid` as soon as it starts (in one write: an empty `pid` is not written yet). When the
+    command's main process ends, its exit status (128+N after signal N; 126 when the cwd or the
+    user cannot be entered) is written to `rc`.
   - `kill <id> <grace_ms>`: send TERM to every process of request `<id>`'s session (and, where
     there is no setsid, to its process tree), wait up to `grace_ms` for them to go, then KILL
     until none is left. `rc` 0 when none is left, 1 when some survived (their pids in `out`).
   - `killall <grace_ms>`: the same for every process in the container except the shim itself,
     its ancestors and its helper processes. Daemons that left their command's session die here.
+    A shim of version 1 takes no request meanwhile (it kills in the foreground, so that its own
+    polling, which it could not tell apart without setsid, is not among what it kills).
   - `exit <code>`: write `rc`, then the shim exits with `<code>` (the Pod then completes).
   Every request ends with `rc`, written last through a rename, so its presence means done; the
   runner then reads what it needs and deletes `req/<id>/`.
+- Done (a shim whose ready file says `done=1`, whatever its version): once `rc` is there, the shim
+  writes the request's `<id>` and a newline to `done` when that is a FIFO, opened read-write so
+  that the open never blocks, with or without a reader. The runner makes that FIFO (mode 0600,
+  the shim's), holds it open read-write while it awaits requests and reads the ids as they come,
+  so it learns of an answer at once instead of polling for `rc`; it still looks for `rc` every
+  half second, in case a line is lost (three answers found that way, and it polls again), and
+  polls as before a shim that says no `done`. The runner's fd is its own: nothing the shim does
+  waits for it.
 - File transfer uses ordinary `run` requests: the runner copies into `xfer/<id>/` and the command
   copies with `cp -RP` to the destination, or the other way round.
 
@@ -67,6 +79,7 @@ PROTOCOL_VERSIONS = (1, 2)
 
 READY_FILE = "ready"
 WAKE_FIFO = "wake"
+DONE_FIFO = "done"
 REQUESTS_DIR = "req"
 TRANSFER_DIR = "xfer"
 

@@ -14,15 +14,32 @@ done
 # The command's shell: the env arrives in _RS_ENV (after any su), the command in $1.
 I='e=$_RS_ENV; unset _RS_ENV; eval "$e"; exec /bin/sh -c "$1"'
 
-fin() { echo "$2" >"$1/rc.t" && mv "$1/rc.t" "$1/rc"; }
+# rc last, by a rename: its presence means done. Then the request's id goes to the runner's FIFO
+# $C/done, when it made one (opened read-write: the open never blocks, reader or not).
+fin() {
+  echo "$2" >"$1/rc.t" && mv "$1/rc.t" "$1/rc"
+  [ -p "$C/done" ] && { echo "${1##*/}" 1<>"$C/done"; } 2>/dev/null
+}
+
+# The command from $d/cmd as $(cat) reads it, trailing newlines dropped; read by the shell
+# itself unless it has more than 8 lines (no cat to start for the usual one-liner).
+cmd_() {
+  c=; l=; n=0
+  while IFS= read -r l; do c="$c$l
+"; n=$((n + 1)); [ $n -lt 9 ] || break; done <"$1/cmd"
+  if [ $n -lt 9 ]; then c="$c$l"; else c=$(cat "$1/cmd"); fi
+  while :; do case $c in *"
+") c=${c%?} ;; *) break ;; esac; done
+}
 
 run_() {
-  d=$1; w=$W; u=; e=; c=$(cat "$d/cmd")
+  d=$1; w=$W; u=; e=; cmd_ "$d"
   [ -f "$d/cwd" ] && IFS= read -r w <"$d/cwd"
   [ -f "$d/user" ] && read -r u <"$d/user"
   [ -f "$d/env" ] && { e=$(cat "$d/env"); rm -f "$d/env"; }
   (
     cd "$w" || exit 126
+    case $u$e in "") exec $S /bin/sh -c "$c" ;; esac  # nothing to apply: one shell less
     _RS_ENV=$e; export _RS_ENV
     case $u:$U in
       :*) exec $S /bin/sh -c "$I" sh "$c" ;;
@@ -33,7 +50,7 @@ run_() {
     esac
     echo "rollout-shim: no su, runuser or setpriv to run as $u" >&2; exit 126
   ) </dev/null >"$d/out" 2>"$d/err" &
-  k=$!; echo $k >"$d/pid.t"; mv "$d/pid.t" "$d/pid"
+  k=$!; echo $k >"$d/pid"  # one write: a reader finds it empty or whole
   wait $k; fin "$d" $?
 }
 
@@ -76,10 +93,10 @@ zap() {
 
 kill_() {
   d=$1; t=$Q/$2; n=$((5000 / D)); K=
-  while [ -d "$t" ] && [ ! -f "$t/pid" ] && [ ! -f "$t/rc" ] && [ $n -gt 0 ]; do
+  while [ -d "$t" ] && [ ! -s "$t/pid" ] && [ ! -f "$t/rc" ] && [ $n -gt 0 ]; do
     sleep $P; n=$((n - 1))
   done
-  [ -f "$t/pid" ] && read -r K <"$t/pid"
+  [ -s "$t/pid" ] && read -r K <"$t/pid"
   if [ -z "$K" ]; then fin "$d" 0; elif zap "$3" >"$d/out"; then fin "$d" 0; else fin "$d" 1; fi
 }
 
@@ -97,7 +114,7 @@ if [ -n "$S" ] && rm -f "$C/wake" && mkfifo -m 600 "$C/wake" 2>/dev/null \
   && command exec 3<>"$C/wake" 2>/dev/null
 then V=2; (while sleep 1 && kill -0 $$ 2>/dev/null; do echo; done) >&3 & TK=$!; X="$X$TK "
 fi
-printf 'version=%s\npid=%s\ndir=%s\ncwd=%s\nsetsid=%s\nsu=%s\nuid=%s\n' \
+printf 'version=%s\npid=%s\ndir=%s\ncwd=%s\nsetsid=%s\nsu=%s\nuid=%s\ndone=1\n' \
   $V $$ "$C" "$W" "$S" "$U" "$(id -u 2>/dev/null)" >"$C/.ready" && mv "$C/.ready" "$C/ready" \
   || exit 125
 echo "rollout-shim: ready (protocol $V), pid $$, control dir $C" >&2
@@ -111,7 +128,9 @@ while :; do
     case $o in
       run) run_ "$d" 3<&- & H="$H $!" ;;
       kill) kill_ "$d" "$a" "$b" 3<&- & H="$H $!" ;;
-      killall) all_ "$d" "$a" 3<&- & H="$H $!" ;;
+      # Version 1 kills in the foreground: no polling sleep of the shim's (which kill-all, with no
+      # setsid to tell the shim's group apart, would kill) runs meanwhile.
+      killall) if [ $V = 2 ]; then all_ "$d" "$a" 3<&- & H="$H $!"; else all_ "$d" "$a"; fi ;;
       exit) fin "$d" 0; echo "rollout-shim: exit $a" >&2; [ -z "$TK" ] || kill $TK; exit "$a" ;;
       *) echo "rollout-shim: unknown request $o" >"$d/err"; fin "$d" 2 ;;
     esac
