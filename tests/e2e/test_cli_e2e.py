@@ -93,3 +93,48 @@ def test_rollout_run_of_an_oracle_job_end_to_end(workdir: Path) -> None:
         assert logs.returncode == 0, logs.stderr
     finally:
         rollout("cancel", name, "--delete-results", cwd=workdir)
+
+
+def test_rollout_run_resume_runs_only_the_infrastructure_failure_again(workdir: Path) -> None:
+    """A job of the example task and a copy of it whose image cannot be pulled (an
+    infrastructure failure, seed 000's environment_image_pull_failed). `--resume` replaces the
+    finished RolloutJob and runs that trial alone again: the scored trial keeps its record byte
+    for byte, the other's first try is under retries/1/ and its new record says tries 2."""
+    name = f"e2e-resume-{uuid.uuid4().hex[:8]}"
+    unpullable = workdir / "tasks" / "unpullable"
+    shutil.copytree(workdir / "tasks" / "hello-offline", unpullable)
+    toml = unpullable / "task.toml"
+    text = toml.read_text()
+    image = text.split("docker_image = ", 1)[1].splitlines()[0]
+    toml.write_text(text.replace(image, '"registry.invalid/rollout-e2e/no-such-image:1"'))
+    (workdir / "job.yaml").write_text(
+        f"name: {name}\n"
+        "n_concurrent_trials: 2\n"
+        "agents:\n  - name: oracle\n"
+        "datasets:\n  - path: ./tasks\n"
+    )
+    timeout = float(os.environ.get("ROLLOUT_E2E_TIMEOUT", "600"))
+    job_dir = workdir / "jobs" / name
+    good = job_dir / "oracle" / "tasks" / "hello-offline__1"
+    bad = job_dir / "oracle" / "tasks" / "unpullable__1"
+    try:
+        first = rollout("job.yaml", cwd=workdir, timeout=timeout + 60)
+        assert first.returncode == 0, f"stdout:\n{first.stdout}\nstderr:\n{first.stderr}"
+        kept = (good / "result.json").read_bytes()
+        failed = json.loads((bad / "result.json").read_text())
+        assert failed["error"]["type"] == "environment_image_pull_failed", failed
+        assert failed["rollout"]["failure_class"] == "infrastructure"
+
+        again = rollout("run", "job.yaml", "--resume", cwd=workdir, timeout=timeout + 180)
+        assert again.returncode == 0, f"stdout:\n{again.stdout}\nstderr:\n{again.stderr}"
+        assert "--resume: deleting the finished RolloutJob" in again.stderr
+        assert (good / "result.json").read_bytes() == kept
+        assert not (good / "retries").exists()
+        earlier = json.loads((bad / "retries" / "1" / "result.json").read_text())
+        assert earlier["error"] == failed["error"]
+        rerun = json.loads((bad / "result.json").read_text())
+        assert rerun["rollout"]["tries"] == 2
+        job_result = json.loads((job_dir / "result.json").read_text())
+        assert (job_result["total_trials"], job_result["completed_trials"]) == (2, 1)
+    finally:
+        rollout("cancel", name, "--delete-results", cwd=workdir)

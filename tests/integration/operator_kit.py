@@ -8,7 +8,13 @@ Importing this module registers the operator's kopf handlers in kopf's default r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
+import resource
+import signal
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +29,7 @@ from kubeharness.calls import ApiCall
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
 from kubeharness.resources import GROUP, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, VERSION
+from loopback import free_port
 from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import canonical_json, manifest_digest
@@ -272,3 +279,164 @@ def most_unfinished(calls: list[ApiCall]) -> int:
                 unfinished -= 1
         peak = max(peak, unfinished)
     return peak
+
+
+# --- the operator as a process, and a kubelet in the background (the fault tests) -------------
+
+
+class OperatorProcess:
+    """`rollout-operator` as a user runs it (configured by ROLLOUT_* variables, a kubeconfig as
+    the chart's ServiceAccount), started, SIGKILLed and started again; its output appended to
+    `<workdir>/operator.log`. `environ` adds or overrides variables (e.g.
+    ROLLOUT_STORAGE_CREDENTIALS_SECRET); `memory_limit` caps its address space in bytes, for a
+    test that may drive it out of memory."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        workdir: Path,
+        storage: S3Settings,
+        *,
+        memory_limit: int | None = None,
+        **environ: str,
+    ) -> None:
+        self.kube = kube
+        self.workdir = workdir
+        self.storage = storage
+        self.memory_limit = memory_limit
+        self.environ = environ
+        self.log_path = workdir / "operator.log"
+        self.process: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    def _env(self) -> dict[str, str]:
+        credentials = self.storage.credentials
+        kubeconfig = self.kube.write_kubeconfig(
+            self.workdir / "operator-kubeconfig", identity=Identity.OPERATOR
+        )
+        return {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "ROLLOUT_NAMESPACES": self.kube.namespace,
+            "ROLLOUT_RUNNER_IMAGE": RUNNER_IMAGE,
+            "ROLLOUT_PEERING": "",
+            "ROLLOUT_STORAGE_BUCKET": self.storage.location.bucket,
+            "ROLLOUT_STORAGE_ENDPOINT": self.storage.location.endpoint or "",
+            "ROLLOUT_STORAGE_PATH_STYLE": "true",
+            "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
+            "ROLLOUT_METRICS_PORT": str(free_port()),
+            "ROLLOUT_HEALTH_PORT": str(self._health_port),
+            "ROLLOUT_STATUS_INTERVAL_SEC": "0.2",
+            "ROLLOUT_LOG_LEVEL": "info",
+            **self.environ,
+        }
+
+    async def start(self, *, ready_timeout: float = 60) -> None:
+        """Start it and return once its /healthz answers (kopf is up)."""
+        assert self.process is None or self.process.returncode is not None
+        self._health_port = free_port()
+        script = Path(sys.executable).parent / "rollout-operator"
+        with self.log_path.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                str(script),
+                env=self._env(),
+                stdout=log,
+                stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        if self.memory_limit is not None:  # long before it has imported kopf
+            limit = (self.memory_limit, self.memory_limit)
+            resource.prlimit(self.process.pid, resource.RLIMIT_AS, limit)
+        self.starts += 1
+        await self.kube.wait_for(
+            self._healthy, timeout=ready_timeout, what="the operator's /healthz"
+        )
+
+    async def _healthy(self) -> bool:
+        if self.process is None or self.process.returncode is not None:
+            raise AssertionError(f"the operator exited:\n{self.log_tail()}")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self._health_port)
+        except OSError:
+            return False
+        try:
+            writer.write(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readline(), timeout=2)
+            return b" 200 " in head
+        except (OSError, TimeoutError):
+            return False
+        finally:
+            writer.close()
+
+    async def kill(self) -> None:
+        """SIGKILL: no handler runs, nothing is cleaned up."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
+            assert await self.process.wait() == -signal.SIGKILL
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def __aenter__(self) -> OperatorProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.kill()
+
+
+class BackgroundKubelet:
+    """Runs and finishes every trial Pod of the test's namespace as it appears, in a task of the
+    test's loop, with the runner's termination message from `message_for`; `finished` names the
+    Pods it finished. Use as `async with BackgroundKubelet(kube) as kubelet:`."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        message_for: Callable[[dict[str, Any]], str] = lambda pod: runner_message(1.0),
+        *,
+        interval: float = 0.05,
+    ) -> None:
+        self.kube = kube
+        self.message_for = message_for
+        self.interval = interval
+        self.finished: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def step(self) -> None:
+        for pod in await self.kube.list(PODS, self.kube.namespace, labels="rollout.dev/trial"):
+            name = pod["metadata"]["name"]
+            if name in self.finished or pod["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                await self.kube.run_pod(name)
+                await self.kube.finish_pod(name, messages={"runner": self.message_for(pod)})
+            except Exception:
+                if await self.kube.find(PODS, name) is None:
+                    continue  # deleted meanwhile (its trial was, or its job)
+                raise
+            self.finished.add(name)
+
+    async def _run(self) -> None:
+        while True:
+            await self.step()
+            await asyncio.sleep(self.interval)
+
+    async def __aenter__(self) -> BackgroundKubelet:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        if self._task.done():
+            self._task.result()  # its error, if it died
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task

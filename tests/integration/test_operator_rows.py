@@ -68,6 +68,7 @@ from kubeharness.kubelet import (
 from kubeharness.pod_status import running, terminated, waiting
 from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.dataset import load_dataset_path
+from rollout.api.errors import ErrorType
 from rollout.api.layout import (
     dataset_manifest_key,
     job_prefix,
@@ -76,7 +77,7 @@ from rollout.api.layout import (
     trial_prefix,
 )
 from rollout.api.manifest import canonical_json, manifest_digest
-from rollout.api.results import JobResult, TrialResult
+from rollout.api.results import JobResult, TrialError, TrialResult
 from rollout.api.rowresults import line_from_result
 from rollout.api.rowrun import shard_task_name
 from rollout.api.trials import child_name, trial_resource_name
@@ -314,12 +315,13 @@ def read_jsonl(store: ObjectStore, key: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in store.get_bytes(key).decode().splitlines()]
 
 
-def summary_file(store: ObjectStore, job: str) -> dict[str, Any]:
+def summary_file(store: ObjectStore, job: str, runs: int = 1) -> dict[str, Any]:
+    """The job's latest summary (each run of it writes one: `runs`)."""
     base = job_prefix("", job)
-    found = [k for k in store.list_keys(base + "summary_") if k.endswith(".json")]
-    assert len(found) == 1, found
-    assert found[0].startswith(f"{base}summary_{DATASET}_")
-    return dict(json_at(store, found[0]))
+    found = sorted(k for k in store.list_keys(base + "summary_") if k.endswith(".json"))
+    assert len(found) == runs, found
+    assert found[-1].startswith(f"{base}summary_{DATASET}_")
+    return dict(json_at(store, found[-1]))
 
 
 # --- what the figures should be -------------------------------------------------------------------
@@ -362,10 +364,14 @@ def check_status(
 
 
 def check_job_files(
-    store: ObjectStore, job: str, numbers: Sequence[int], rewards: Sequence[float | None]
+    store: ObjectStore,
+    job: str,
+    numbers: Sequence[int],
+    rewards: Sequence[float | None],
+    runs: int = 1,
 ) -> list[dict[str, Any]]:
-    """result.json, evaluation.json and the summary of the job's rows `numbers` (in order, of
-    these rewards), and results.jsonl's rows in order; its lines."""
+    """result.json, evaluation.json and the (latest of `runs`) summary of the job's rows
+    `numbers` (in order, of these rewards), and results.jsonl's rows in order; its lines."""
     want = figures(rewards)
     written = json_at(store, job_result_key("", job))
     assert (written["total_trials"], written["completed_trials"], written["failed_trials"]) == (
@@ -400,7 +406,7 @@ def check_job_files(
     assert evaluation["metrics"] == {"exact_match": overall}
     assert evaluation["agents"] == {AGENT: overall}
 
-    summary = summary_file(store, job)
+    summary = summary_file(store, job, runs)
     assert summary["benchmark_name"] == DATASET
     assert (summary["total_tasks"], summary["successful_tasks"], summary["failed_tasks"]) == (
         want["total"], answered_lines, want["total"] - answered_lines
@@ -801,3 +807,62 @@ async def test_deleting_a_job_records_the_rows_of_a_shard_that_never_started(
         assert store.exists(row_dir("doomed", number) + "error.txt")
     for number in (3, 4):
         assert store.list_keys(row_dir("doomed", number)) == []
+
+
+async def test_a_resumed_data_job_runs_again_only_the_rows_without_a_record_it_keeps(
+    kube: Kube, s3_settings: S3Settings, store: ObjectStore, tmp_path: Path
+) -> None:
+    # First run: shard 1 (rows 1-4) cannot pull its image, so its rows are the infrastructure's
+    # failures; shard 2 (rows 5 and 6) runs. Then row 6's record is made an infrastructure
+    # failure too, as a lost runner's would be.
+    numbers = list(range(1, 7))
+    shards = [shard_name("rowsback", 1), shard_name("rowsback", 2)]
+    pull = ("ImagePullBackOff", 'Back-off pulling image "registry.example/rollout-runner:test"')
+    memo = await operator_memo_with_secret(kube, s3_settings)
+    async with kube.operator(memo=memo):
+        await start_job(kube, store, tmp_path, "rowsback", 6, n_concurrent=2, shardSize=4)
+        await kube.wait_for(lambda: kube.find(PODS, shards[0]), what="shard 1's Pod")
+        await kube.set_pod_status(shards[0], containers={ENVIRONMENT: waiting(*pull)})
+        await run_pods(
+            kube, "rowsback", tmp_path / "first", lambda: job_phase(kube, "rowsback", "Completed"),
+            skip=[shards[0]],
+        )  # fmt: skip
+        job = await kube.get(ROLLOUT_JOBS, "rowsback")
+        await kube.delete(ROLLOUT_JOBS, "rowsback", kube.namespace)
+        await kube.wait_for(lambda: kube.gone(ROLLOUT_JOBS, "rowsback"), what="the job gone")
+    row5 = store.get_bytes(row_dir("rowsback", 5) + "result.json")
+    lost = TrialResult.from_json(store.get_bytes(row_dir("rowsback", 6) + "result.json"))
+    lost = lost.model_copy(update={"reward": None, "error": TrialError(
+        type=ErrorType.INTERNAL_ERROR, message="the runner was lost")})  # fmt: skip
+    assert lost.failure_class == "infrastructure"
+    store.put_bytes(row_dir("rowsback", 6) + "result.json", lost.to_json().encode())
+    first = {n: store.get_bytes(row_dir("rowsback", n) + "result.json") for n in (1, 6)}
+
+    # The same job, resumed: both shards run, shard 1 all its rows and shard 2 row 6 alone.
+    manifest = {key: job[key] for key in ("apiVersion", "kind", "spec")} | {
+        "metadata": {"name": "rowsback"}
+    }
+    manifest["spec"]["resume"] = True
+    config = operator_config(s3_settings, storage_credentials_secret=CREDENTIALS_SECRET)
+    async with kube.operator(memo=operator_memo(kube, config)):
+        await kube.create(ROLLOUT_JOBS, manifest)
+        outcomes = await run_pods(
+            kube, "rowsback", tmp_path / "again", lambda: job_phase(kube, "rowsback", "Completed")
+        )
+    assert set(outcomes) == set(shards)
+    assert answered(tmp_path / "again" / shards[0]) == [row_id(n) for n in (1, 2, 3, 4)]
+    assert answered(tmp_path / "again" / shards[1]) == [row_id(6)]
+    items = (await kube.get(ROLLOUT_TRIALS, shards[1]))["spec"]["rows"]["items"]
+    assert items == [{"id": row_id(6), "attempt": 1, "tryNumber": 2}]
+    assert store.get_bytes(row_dir("rowsback", 5) + "result.json") == row5  # kept, byte for byte
+    for number in (1, 6):  # the earlier try's files under retries/1/, the new record in place
+        prefix = row_dir("rowsback", number)
+        assert store.get_bytes(prefix + "retries/1/result.json") == first[number]
+        record = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
+        assert record.rollout is not None
+        assert record.rollout.tries == 2
+    rewards = [expected_reward(n) for n in numbers]
+    status = (await kube.get(ROLLOUT_JOBS, "rowsback"))["status"]
+    check_status(status, rewards, {})
+    lines = check_job_files(store, "rowsback", numbers, rewards, runs=2)  # a summary per run
+    check_answered_lines(lines, numbers)

@@ -24,16 +24,27 @@ kubelet leaving `$` alone fails here as it fails on a cluster):
 - `valueFrom.secretKeyRef` and secret volumes are read from the Secrets in the API.
 
 The runner's exit code and termination message are then reported through the Pod's status, as
-the kubelet reports them.
+the kubelet reports them. A run can be stopped as the kubelet stops a deleted Pod: SIGTERM to
+the runner and to the environment's PID 1 (which, as the shim has no handler, ignores it, as a
+container's PID 1 does), SIGKILL after the grace period.
+
+`run_trial_pod` runs one Pod to its end; `TrialPodKubelet` runs every trial Pod of a namespace
+in the background of a test, and holds a deleted one (a finalizer of its own) until its runner
+has stopped and its end is reported, as a kubelet keeps a Terminating Pod until its containers
+are gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +53,7 @@ from typing import Any
 from fakecontainer import FakeContainer, fake_container
 from kubeharness.kube import Kube
 from kubeharness.pod_status import running, terminated
-from kubeharness.resources import Body
+from kubeharness.resources import PODS, Body
 
 ENVIRONMENT = "environment"
 RUNNER = "runner"
@@ -141,17 +152,27 @@ class PodRunner:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
 
-    def run(self, timeout: float = 120.0) -> PodOutcome:
+    def run(
+        self,
+        timeout: float = 120.0,
+        *,
+        stop: threading.Event | None = None,
+        grace: float = 30.0,
+    ) -> PodOutcome:
+        """Run the Pod until its runner exits. Once `stop` is set (the Pod is being deleted),
+        every container gets SIGTERM, as the kubelet sends it, and the runner `grace` seconds
+        before SIGKILL (the environment's PID 1, the shim, ignores SIGTERM as a container's
+        PID 1 without a handler does)."""
         containers = containers_of(self.pod)
         runner = containers[RUNNER]
         if ENVIRONMENT not in containers:  # a Pod of the runner alone (the oracle's data rows)
-            return self._run_runner(runner, None, timeout)
+            return self._run_runner(runner, None, timeout, stop, grace)
         environment = containers[ENVIRONMENT]
         env_argv = container_argv(environment, container_env(environment, self.secrets))
         base = self.workdir / "environment"
         base.mkdir()
         with fake_container(base, command=env_argv) as container:
-            outcome = self._run_runner(runner, container, timeout)
+            outcome = self._run_runner(runner, container, timeout, stop, grace)
             try:  # the runner tells the shim to exit, unless the trial preserves its environment
                 outcome.environment_exit_code = container.wait_exit(10)
             except subprocess.TimeoutExpired:
@@ -159,7 +180,12 @@ class PodRunner:
         return outcome
 
     def _run_runner(
-        self, runner: Mapping[str, Any], container: FakeContainer | None, timeout: float
+        self,
+        runner: Mapping[str, Any],
+        container: FakeContainer | None,
+        timeout: float,
+        stop: threading.Event | None = None,
+        grace: float = 30.0,
     ) -> PodOutcome:
         mounts = self._runner_mounts(runner, container)
         env = {
@@ -170,19 +196,21 @@ class PodRunner:
         termination_log = self.workdir / "termination-log"
         termination_log.touch()
         process_env = {"PATH": os.environ["PATH"], **env}
-        done = subprocess.run(
-            [sys.executable, "-m", "rollout_runner.main", *args,
-             "--termination-log", str(termination_log)],
-            env=process_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )  # fmt: skip
+        stderr_path = self.workdir / "runner.stderr"
+        with stderr_path.open("w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "rollout_runner.main", *args,
+                 "--termination-log", str(termination_log)],
+                env=process_env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                text=True,
+            )  # fmt: skip
+            code = _wait(process, container, timeout, stop or threading.Event(), grace)
         return PodOutcome(
-            exit_code=done.returncode,
+            exit_code=code,
             message=termination_log.read_text(),
-            stderr=done.stderr,
+            stderr=stderr_path.read_text(errors="replace"),
         )
 
     def _runner_mounts(
@@ -229,6 +257,35 @@ class PodRunner:
         return host
 
 
+def _wait(
+    process: subprocess.Popen[str],
+    container: FakeContainer | None,
+    timeout: float,
+    stop: threading.Event,
+    grace: float,
+) -> int:
+    """The runner's exit code, once it exits: by itself, or after SIGTERM when `stop` is set
+    (SIGKILL `grace` seconds later); `timeout` bounds the whole run (then: SIGKILL, an error)."""
+    deadline = time.monotonic() + timeout
+    kill_at: float | None = None
+    while (code := process.poll()) is None:
+        now = time.monotonic()
+        if kill_at is None and stop.is_set():
+            process.send_signal(signal.SIGTERM)
+            if container is not None and (init := container.init_host_pid()) is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(init, signal.SIGTERM)
+            kill_at = now + grace
+        if (kill_at is not None and now >= kill_at) or now >= deadline:
+            process.kill()
+            process.wait()
+            if now >= deadline:
+                raise subprocess.TimeoutExpired(process.args, timeout)
+            break
+        stop.wait(0.05) if kill_at is None else time.sleep(0.05)
+    return process.returncode if code is None else code
+
+
 def remap(value: str, mounts: Mapping[str, Path]) -> str:
     """A path under one of the mount paths, as the same path under the mount's host directory."""
     for mount_path in sorted(mounts, key=len, reverse=True):
@@ -251,7 +308,7 @@ async def secrets_of(kube: Kube, namespace: str) -> dict[tuple[str, str], str]:
 
 async def run_trial_pod(kube: Kube, name: str, namespace: str, workdir: Path) -> PodOutcome:
     """Run a trial Pod for real and report its end through the Pod's status, as a kubelet."""
-    pod = await kube.get("v1/pods", name, namespace)
+    pod = await kube.get(PODS, name, namespace)
     alone = ENVIRONMENT not in containers_of(pod)  # the runner alone (the oracle's data rows)
     started = {RUNNER: running()} if alone else {ENVIRONMENT: running(), RUNNER: running()}
     await kube.set_pod_status(name, namespace, containers=started)
@@ -263,3 +320,137 @@ async def run_trial_pod(kube: Kube, name: str, namespace: str, workdir: Path) ->
         ended[ENVIRONMENT] = running() if code is None else terminated(code)
     await kube.set_pod_status(name, namespace, containers=ended)
     return outcome
+
+
+KUBELET_FINALIZER = "kubeharness.test/kubelet"
+"""Held on each Pod `TrialPodKubelet` runs: a deleted Pod stays (Terminating) until its runner
+has ended and the end is reported, as a real kubelet keeps it until its containers are gone."""
+
+
+class TrialPodKubelet:
+    """The kubelet of a namespace's trial Pods, running each for real (`PodRunner`: the shim in
+    a fake container, the runner as a process), in the background of a test.
+
+    Each trial Pod that appears is taken (the Pod held by `KUBELET_FINALIZER`), reported
+    running, run, and its end reported through its status. A Pod deleted while it runs is
+    stopped as the kubelet stops it: SIGTERM to its containers, `grace` seconds, SIGKILL; its
+    end is reported and only then is it let go, `linger` seconds later (a kubelet still
+    unmounting a Pod's volumes keeps it Terminating with its containers ended). `outcomes` maps
+    Pod names to their `PodOutcome`; `workdir/<pod>` keeps each Pod's files (the runner's
+    stderr among them).
+    Use as `async with TrialPodKubelet(kube, kube.namespace, tmp_path / "kubelet") as kubelet:`.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        workdir: Path,
+        *,
+        grace: float = 30.0,
+        linger: float = 0.0,
+        poll: float = 0.1,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.workdir = workdir
+        self.grace = grace
+        self.linger = linger
+        self.poll = poll
+        self.outcomes: dict[str, PodOutcome] = {}
+        self._runs: dict[str, tuple[asyncio.Task[None], threading.Event]] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+
+    async def __aenter__(self) -> TrialPodKubelet:
+        self._loop_task = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._loop_task is not None
+        self._closing.set()
+        self._loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._loop_task
+        for _task, stop in self._runs.values():
+            stop.set()
+        failures = []
+        for name, (task, _stop) in self._runs.items():
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    await task
+                except Exception as err:  # reported below, once every Pod is let go
+                    failures.append(f"{name}: {type(err).__name__}: {err}")
+            await self._release(name)
+        if failures and exc[0] is None:
+            raise AssertionError("the kubelet failed to run Pods:\n" + "\n".join(failures))
+
+    async def _watch(self) -> None:
+        while True:
+            await self._step()
+            await asyncio.sleep(self.poll)
+
+    async def _step(self) -> None:
+        pods = await self.kube.list(PODS, self.namespace, labels="rollout.dev/trial")
+        present = {pod["metadata"]["name"]: pod for pod in pods}
+        for name, pod in present.items():
+            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            if name not in self._runs:
+                if not deleting and await self._hold(name):
+                    stop = threading.Event()
+                    self._runs[name] = (asyncio.create_task(self._run(name, stop)), stop)
+                elif deleting:
+                    await self._release(name)
+                continue
+            task, stop = self._runs[name]
+            if deleting:
+                if task.done():
+                    await self._release(name)
+                else:
+                    stop.set()
+        for name, (_task, stop) in self._runs.items():
+            if name not in present:
+                stop.set()  # gone without the kubelet's consent (a force deletion)
+
+    async def _hold(self, name: str) -> bool:
+        try:
+            await self.kube.patch(
+                PODS,
+                name,
+                {"metadata": {"finalizers": [KUBELET_FINALIZER]}},
+                self.namespace,
+            )
+        except Exception:
+            if await self.kube.find(PODS, name, self.namespace) is None:
+                return False
+            raise
+        return True
+
+    async def _release(self, name: str) -> None:
+        pod = await self.kube.find(PODS, name, self.namespace)
+        if pod is None or KUBELET_FINALIZER not in (pod["metadata"].get("finalizers") or []):
+            return
+        rest = [f for f in pod["metadata"]["finalizers"] if f != KUBELET_FINALIZER]
+        with contextlib.suppress(Exception):  # gone meanwhile
+            await self.kube.patch(
+                PODS, name, {"metadata": {"finalizers": rest or None}}, self.namespace
+            )
+
+    async def _run(self, name: str, stop: threading.Event) -> None:
+        pod = await self.kube.get(PODS, name, self.namespace)
+        alone = ENVIRONMENT not in containers_of(pod)
+        started = {RUNNER: running()} if alone else {ENVIRONMENT: running(), RUNNER: running()}
+        await self.kube.set_pod_status(name, self.namespace, containers=started)
+        runner = PodRunner(pod, await secrets_of(self.kube, self.namespace), self.workdir / name)
+        outcome = await asyncio.to_thread(runner.run, stop=stop, grace=self.grace)
+        self.outcomes[name] = outcome
+        code = outcome.environment_exit_code
+        ended = {RUNNER: terminated(outcome.exit_code, message=outcome.message or None)}
+        if not alone:
+            ended[ENVIRONMENT] = running() if code is None else terminated(code)
+        if await self.kube.find(PODS, name, self.namespace) is not None:
+            await self.kube.set_pod_status(name, self.namespace, containers=ended)
+        if stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.linger)
+            await self._release(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import copy
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp.test_utils
+import aiohttp.web
 import kmock
 import kopf
 
@@ -19,7 +21,7 @@ from kubeharness.calls import ApiCall
 from kubeharness.crds import crd_manifests
 from kubeharness.emulator.faults import Fault
 from kubeharness.emulator.selectors import Selector
-from kubeharness.emulator.server import ClusterEmulator
+from kubeharness.emulator.server import MAX_REQUEST_BYTES, ClusterEmulator
 from kubeharness.emulator.writes import JSON_PATCH, MERGE_PATCH
 from kubeharness.identity import Identity, operator_user
 from kubeharness.kube import Kube
@@ -155,11 +157,35 @@ class _TestServer(aiohttp.test_utils.RawTestServer):
     """aiohttp's test server that cancels a handler when its client goes away.
 
     aiohttp leaves it running by default, so a watch whose client is gone would linger until
-    the next event for its resource.
+    the next event for its resource. Request bodies may be as large as kube-apiserver takes.
     """
 
-    def __init__(self, handler: Any, **kwargs: Any) -> None:
-        super().__init__(handler, handler_cancellation=True, **kwargs)
+    async def _make_runner(self, debug: bool = True, **kwargs: Any) -> aiohttp.web.ServerRunner:
+        # As RawTestServer's, with a factory of larger requests.
+        server = aiohttp.web.Server(
+            self._handler, loop=self._loop, debug=debug, request_factory=_large_request, **kwargs
+        )
+        return aiohttp.web.ServerRunner(server, debug=debug, **kwargs)
+
+
+def _large_request(
+    message: Any,
+    payload: Any,
+    protocol: Any,
+    writer: Any,
+    task: Any,
+) -> aiohttp.web.BaseRequest:
+    """A request whose body may be as large as kube-apiserver takes (3 MiB), not aiohttp's
+    1 MiB."""
+    return aiohttp.web.BaseRequest(
+        message,
+        payload,
+        protocol,
+        writer,
+        task,
+        asyncio.get_running_loop(),
+        client_max_size=MAX_REQUEST_BYTES,
+    )
 
 
 @contextlib.asynccontextmanager

@@ -17,28 +17,20 @@ from typing import Any
 import kmock
 
 from kubeharness.emulator.errors import invalid
+from kubeharness.emulator.names import (
+    LABEL_VALUE,
+    LABEL_VALUE_MESSAGE,
+    NAME_PART,
+    NAME_PART_MESSAGE,
+    SUBDOMAIN,
+    SUBDOMAIN_MESSAGE,
+    label_value_errors,
+    metadata_errors,
+)
 from kubeharness.resources import Body, resource_name
 
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _PORT_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 
-SUBDOMAIN_MESSAGE = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-NAME_PART_MESSAGE = (
-    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-    "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
-)
-LABEL_VALUE_MESSAGE = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',"
-    "  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
-)
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 POLICY_TYPES = ("Ingress", "Egress")
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -60,7 +52,7 @@ def check_builtin(resource: kmock.resource, body: Body) -> None:
 def network_policy_errors(body: Body) -> list[str]:
     errors: list[str] = []
     name = str((body.get("metadata") or {}).get("name", ""))
-    if not _SUBDOMAIN.fullmatch(name) or len(name) > 253:
+    if not SUBDOMAIN.fullmatch(name) or len(name) > 253:
         errors.append(f'metadata.name: Invalid value: "{name}": {SUBDOMAIN_MESSAGE}')
     spec = body.get("spec") or {}
     errors += _selector_errors(spec.get("podSelector"), "spec.podSelector")
@@ -83,13 +75,42 @@ def network_policy_errors(body: Body) -> list[str]:
     return errors
 
 
+def pod_errors(body: Body) -> list[str]:
+    """What kube-apiserver refuses in a Pod of the operator's making, of what a RolloutJob lets
+    through to it: the name, labels, nodeSelector and tolerations (keys and values)."""
+    errors = metadata_errors(body.get("metadata") or {})
+    spec = body.get("spec") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        errors += _label_key_errors(str(key), "spec.nodeSelector")
+        errors += label_value_errors(value, "spec.nodeSelector")
+    for i, toleration in enumerate(spec.get("tolerations") or []):
+        where = f"spec.tolerations[{i}]"
+        key = toleration.get("key") or ""
+        if key:
+            errors += _label_key_errors(str(key), f"{where}.key")
+        operator = toleration.get("operator") or "Equal"
+        value = toleration.get("value") or ""
+        if operator == "Exists" and value:
+            shown = (
+                f'core.Toleration{{Key:"{key}", Operator:"{operator}", Value:"{value}", '
+                f'Effect:"{toleration.get("effect") or ""}", TolerationSeconds:(*int64)(nil)}}'
+            )
+            errors.append(
+                f"{where}.operator: Invalid value: {shown}: value must be empty when "
+                "`operator` is 'Exists'"
+            )
+        elif operator == "Equal" and value:
+            errors += label_value_errors(value, f"{where}.operator")  # sic: kube-apiserver's path
+    return errors
+
+
 def _selector_errors(selector: Any, where: str) -> list[str]:
     if not selector:
         return []
     errors: list[str] = []
     for key, value in (selector.get("matchLabels") or {}).items():
         errors += _label_key_errors(key, f"{where}.matchLabels")
-        if not _LABEL_VALUE.fullmatch(str(value)) or len(str(value)) > 63:
+        if not LABEL_VALUE.fullmatch(str(value)) or len(str(value)) > 63:
             errors.append(f'{where}.matchLabels: Invalid value: "{value}": {LABEL_VALUE_MESSAGE}')
     for i, expression in enumerate(selector.get("matchExpressions") or []):
         at = f"{where}.matchExpressions[{i}]"
@@ -113,7 +134,7 @@ def _selector_errors(selector: Any, where: str) -> list[str]:
 
 def _label_key_errors(key: str, where: str) -> list[str]:
     prefix, _, name = key.rpartition("/")
-    if (prefix and not _SUBDOMAIN.fullmatch(prefix)) or not _NAME_PART.fullmatch(name):
+    if (prefix and not SUBDOMAIN.fullmatch(prefix)) or not NAME_PART.fullmatch(name):
         return [f'{where}: Invalid value: "{key}": {NAME_PART_MESSAGE}']
     return []
 

@@ -6,6 +6,7 @@ pruning by the CRD's schema.
 from __future__ import annotations
 
 import copy
+import json
 import secrets
 import uuid
 from collections.abc import Mapping
@@ -16,9 +17,16 @@ import jsonpointer
 import kmock
 
 from kubeharness.emulator.errors import api_error, bad_request, conflict, invalid, not_found
+from kubeharness.emulator.names import metadata_errors
 from kubeharness.emulator.patching import merge_patch, prune
+from kubeharness.emulator.schema import (
+    decoded_numbers,
+    defaulted,
+    invalid_message,
+    schema_errors,
+)
 from kubeharness.emulator.state import Key, Schema
-from kubeharness.emulator.validation import check_builtin
+from kubeharness.emulator.validation import check_builtin, pod_errors
 from kubeharness.resources import (
     CRDS,
     NAMESPACES,
@@ -35,6 +43,11 @@ from kubeharness.resources import (
 INITIAL_STATUS: dict[str, Body] = {PODS: {"phase": "Pending"}, NAMESPACES: {"phase": "Active"}}
 # Empty ones of these are removed by the API server (kopf knows and expects it).
 DROPPED_WHEN_EMPTY = ("finalizers", "labels", "annotations", "ownerReferences")
+
+MAX_OBJECT_BYTES = 1536 * 1024
+"""etcd's default limit on a request (`--max-request-bytes`), which bounds a stored object."""
+GRPC_MAX_BYTES = 2 * 1024 * 1024
+"""kube-apiserver's limit on a message to etcd; beyond it the write fails before etcd sees it."""
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -146,6 +159,21 @@ class ObjectWrites:
         meta = body.setdefault("metadata", {})
         kind = body.setdefault("kind", info.kind)
         version = body.setdefault("apiVersion", api_version(resource))
+        if self._is_custom(resource) and version != api_version(resource):
+            raise bad_request(
+                f"the API version in the data ({version}) does not match the expected API "
+                f"version ({api_version(resource)})"
+            )
+        if self._is_custom(resource) and kind != info.kind:
+            # A custom resource's kind is checked with its schema: a 422, in the body's kind.
+            raise invalid(
+                invalid_message(
+                    str(kind),
+                    resource.group or "",
+                    str(meta.get("name", "")),
+                    [f'kind: Invalid value: "{kind}": must be {info.kind}'],
+                )
+            )
         if (kind, version) != (info.kind, api_version(resource)):
             raise bad_request(
                 f"{version}/{kind} does not match the resource {resource_name(resource)}"
@@ -188,6 +216,7 @@ class ObjectWrites:
         )
         check_builtin(resource, body)
         created = self._normalised(resource, body)
+        self._validate(resource, created)
         self._store(key, created)
         events.append((resource, "ADDED", created))
         return created
@@ -303,6 +332,7 @@ class ObjectWrites:
         if wanted == current:
             return current  # a no-op write changes nothing: no new resourceVersion, no event
         check_builtin(resource, wanted)
+        self._validate(resource, wanted)
         if _essence(wanted) != _essence(current):
             wanted["metadata"]["generation"] = old_meta.get("generation", 1) + 1
         wanted["metadata"]["resourceVersion"] = self._next_revision()
@@ -358,16 +388,49 @@ class ObjectWrites:
             if self.current(key) is not None:
                 self._delete(key, events)
 
+    def _is_custom(self, resource: kmock.resource) -> bool:
+        return self._schemas.get(resource, Schema()).openapi is not None
+
     def _normalised(self, resource: kmock.resource, body: Body) -> Body:
+        """The body as the API server stores it: for a custom resource, its numbers decoded,
+        unknown fields pruned, nulls dropped and defaults applied by its schema."""
         schema = self._schemas.get(resource, Schema()).openapi
         if schema is not None:
             kept: Body = {k: body[k] for k in ("apiVersion", "kind", "metadata") if k in body}
-            body = {**prune(body, schema), **kept}
+            rest = defaulted(prune(decoded_numbers(body), schema), schema)
+            body = {**rest, **kept}
         meta = body["metadata"]
         for field in DROPPED_WHEN_EMPTY:
             if field in meta and not meta[field]:
                 del meta[field]
         return body
+
+    def _validate(self, resource: kmock.resource, body: Body) -> None:
+        """Refuse a custom resource that breaks its schema, or a Pod the API server refuses,
+        as kube-apiserver does (422, its messages); and an object too large for etcd (500)."""
+        size = len(json.dumps(body, separators=(",", ":")))
+        if size > GRPC_MAX_BYTES:
+            raise api_error(
+                500,
+                "",
+                "rpc error: code = ResourceExhausted desc = trying to send message larger than "
+                f"max ({size} vs. {GRPC_MAX_BYTES})",
+            )
+        if size > MAX_OBJECT_BYTES:
+            raise api_error(500, "", "etcdserver: request is too large")
+        schema = self._schemas.get(resource, Schema()).openapi
+        if schema is not None:
+            errors = metadata_errors(body["metadata"])
+            rest = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
+            errors += schema_errors(rest, schema, "")
+            group = resource.group or ""
+        elif resource_name(resource) == PODS:
+            errors = pod_errors(body)
+            group = ""
+        else:
+            return
+        if errors:
+            raise invalid(invalid_message(body["kind"], group, body["metadata"]["name"], errors))
 
 
 def _essence(body: Body) -> Body:

@@ -159,6 +159,11 @@ def check_agent_names(agents: list[Any]) -> None:
         raise FieldErrors(problems)
 
 
+MAX_TIMEOUT_MULTIPLIER = 1000.0
+"""The largest timeout_multiplier: a day-long phase stays under three years, and every timeout
+stays a finite number of seconds (1e308 made them infinite)."""
+
+
 class JobSettings(ApiModel):
     """The job-level settings of job.yaml, shared by the job file and the RolloutJob."""
 
@@ -168,7 +173,12 @@ class JobSettings(ApiModel):
     n_attempts: PositiveInt = Field(1, description="Attempts per (agent, task) pair.")
     n_concurrent_trials: PositiveInt = Field(4, description="Most trials running at the same time.")
     timeout_multiplier: float = Field(
-        1.0, gt=0, strict=True, allow_inf_nan=False, description="Multiplies every timeout."
+        1.0,
+        gt=0,
+        le=MAX_TIMEOUT_MULTIPLIER,
+        strict=True,
+        allow_inf_nan=False,
+        description="Multiplies every timeout.",
     )
     log_level: LogLevel = Field(LogLevel.ERROR, description="Log level of the runner.")
     instruction_path: InstructionPath = Field(

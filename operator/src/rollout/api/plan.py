@@ -200,6 +200,24 @@ class JobPlan:
         return sum(len(t.shard.trials) if t.shard is not None else 1 for t in self.trials)
 
 
+MAX_TRIALS = 250_000
+"""The most trials one job may have (agents x tasks or rows x attempts): the operator plans and
+keeps every trial of a job in memory (README, "Performance"), and a job beyond this is better
+split into several, which also run side by side."""
+
+
+class TooManyTrials(ValueError):
+    """A job of more trials than `MAX_TRIALS`: refused before any is enumerated."""
+
+    def __init__(self, agents: int, tasks: int, attempts: int) -> None:
+        self.count = agents * tasks * attempts
+        super().__init__(
+            f"the job would have {self.count:,} trials ({agents} agents x {tasks} tasks x "
+            f"{attempts} attempts), more than the {MAX_TRIALS:,} one job may have: lower the "
+            "attempts or the tasks (max_tasks, task_ids), or split it into several jobs"
+        )
+
+
 def plan_job(
     job_resource_name: str,
     agent_names: Sequence[str],
@@ -216,6 +234,9 @@ def plan_job(
     """
     if shard_size < 1:
         raise ValueError(f"shard_size must be at least 1, not {shard_size}")
+    task_count = sum(len(d.tasks) for d in datasets)
+    if len(agent_names) * task_count * n_attempts > MAX_TRIALS:
+        raise TooManyTrials(len(agent_names), task_count, n_attempts)
     tasks = {(d.name, t.name): t for d in datasets for t in d.tasks}
     keys = enumerate_trials(
         agent_names, [(d.name, [t.name for t in d.tasks]) for d in datasets], n_attempts

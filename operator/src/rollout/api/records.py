@@ -29,6 +29,17 @@ def keeps_record(result: TrialResult | None, retry: Collection[ErrorType] = ()) 
     return result.failure_class is not FailureClass.INFRASTRUCTURE
 
 
+def tries_so_far(record: TrialResult | None, *, own_files: bool, kept: int) -> int:
+    """How many tries a trial that runs again (resumed) has had: `kept`, the highest number
+    under its `retries/`, and, when files are at the trial's own paths, the try they are from
+    (its record's `rollout.tries`; one more than `kept` at least), which then moves to
+    `retries/<that number>/`. Its next try is this plus one."""
+    if not own_files:
+        return kept
+    done = (record.rollout.tries if record is not None and record.rollout else None) or 1
+    return max(done, kept + 1)
+
+
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None

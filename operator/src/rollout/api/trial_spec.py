@@ -8,7 +8,7 @@ are the job's override_cpus/memory/storage over the task's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rollout.api.errors import ErrorType
 from rollout.api.plan import PlannedShard, PlannedTrial
@@ -62,19 +62,22 @@ def trial_spec(
     runner_image: str,
     built: tuple[str, str] | None = None,
     rows_image: str | None = None,
+    items: Sequence[RowItem] | None = None,
 ) -> RolloutTrialSpec:
     """A trial's spec: everything its Pod and its runner need, without reading the job.
 
     `built`: (image, RolloutImage name) when the operator builds the task's image in the
     cluster; the trial's Pod then waits for that RolloutImage. A shard's unit (`planned.shard`)
-    gets its shard's spec, every row in it (`rows_image`: see `shard_spec`).
+    gets its shard's spec, with `items` (a resumed job's rows that run again) or every row in
+    it (`rows_image`: see `shard_spec`).
     """
     if planned.shard is not None:
-        items = [RowItem(id=t.key.task, attempt=t.key.attempt) for t in planned.shard.trials]
+        if items is None:
+            items = [RowItem(id=t.key.task, attempt=t.key.attempt) for t in planned.shard.trials]
         return shard_spec(
             job,
             planned.shard,
-            items,
+            list(items),
             storage=storage,
             runner_image=runner_image,
             rows_image=rows_image,

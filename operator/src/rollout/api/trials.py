@@ -191,6 +191,28 @@ def is_dns_label(value: str) -> bool:
     return len(value) <= MAX_NAME_LENGTH and _DNS_LABEL.match(value) is not None
 
 
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+LABEL_VALUE_RULE = (
+    f"at most {MAX_NAME_LENGTH} characters of letters, digits, '-', '_' and '.', starting and "
+    "ending with a letter or digit"
+)
+
+
+def label_key_problem(key: str) -> str | None:
+    """What makes `key` no Kubernetes label key (a qualified name: an optional DNS subdomain
+    prefix of at most 253 characters and `/`, then a name of at most 63 characters of
+    alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric); None when it is one."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "is no label key: its prefix before '/' must be a DNS subdomain (lowercase, dots)"
+    if not name or len(name) > MAX_NAME_LENGTH or not _LABEL_NAME.match(name):
+        return f"is no label key: {LABEL_VALUE_RULE}, after an optional 'prefix/'"
+    return None
+
+
 def is_label_value(value: str) -> bool:
     """Whether `value` is a valid Kubernetes label value."""
     return len(value) <= MAX_NAME_LENGTH and _LABEL_VALUE.match(value) is not None

@@ -30,16 +30,16 @@ examples:
 
 def download_results(
     store: ObjectStore, job_name: str, jobs_dir: Path, *, workers: int = WORKERS
-) -> tuple[Path, int]:
+) -> tuple[Path, list[Path]]:
     """Copy `jobs/<job_name>/` from storage to `<jobs_dir>/<job_name>/`, a few files at a time;
-    the directory and the number of files written (no directory is made when there are none).
+    the directory and the files written (no directory is made when there are none).
 
     `ObjectStore.download_prefix` checks every key before anything is written: one that would
     land outside the directory (a `..` segment, or through a symlink already there) stops it.
     """
     target = local_job_dir(jobs_dir, job_name)
     base = job_prefix(store.location.prefix, job_name)
-    return target, len(store.download_prefix(base, target, workers=workers))
+    return target, store.download_prefix(base, target, workers=workers)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,7 +67,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     job = find_job(connect_optional(args, environ), args.job)
     store = results_store(job, settings, environ)
     jobs_dir = args.jobs_dir or Path(job.jobs_dir)
-    target, count = download_results(store, job.job_name, jobs_dir)
+    target, written = download_results(store, job.job_name, jobs_dir)
+    count = len(written)
     if count == 0:
         where = store.uri(job_prefix(store.location.prefix, job.job_name))
         known = "" if job.body is not None else f" (and no RolloutJob {job.name} was found)"

@@ -31,7 +31,7 @@ from rollout.api.envrefs import resolve_agent_env
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.job import config_json_text, resolve_evaluator_key
 from rollout.api.layout import local_job_dir
-from rollout.api.plan import JobPlan, pick_tasks, plan_job, resolved_dataset
+from rollout.api.plan import JobPlan, TooManyTrials, pick_tasks, plan_job, resolved_dataset
 from rollout.api.resources import JobPhase
 from rollout.api.service_agents import AgentKind
 from rollout.api.taskdir import Task
@@ -269,7 +269,10 @@ def _plan(prepared: PreparedJob, name: str) -> JobPlan:
         where=str(prepared.file),
     )
     agents = [a.name for a in job.agents]
-    return plan_job(name, agents, datasets, job.n_attempts, shard_size=job.shard_size)
+    try:
+        return plan_job(name, agents, datasets, job.n_attempts, shard_size=job.shard_size)
+    except TooManyTrials as err:
+        raise InvalidInput.one(prepared.file, "n_attempts", str(err)) from None
 
 
 def _view(job_name: str, progress: Progress, phase: str) -> JobView:

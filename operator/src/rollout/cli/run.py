@@ -22,6 +22,12 @@ to results on disk.
 5. Download the results into `<jobs_dir>/<job>/` (jobs_dir from job.yaml, relative to this
    directory, or --jobs-dir) in the seed's layout, and print a summary per agent.
 
+With --resume (`cli.resume`), the same job name runs again and only its trials with no result, or
+an infrastructure failure (and --retry-error's types), run: storage's results of the name are
+not refused, a finished RolloutJob of the name is replaced (deleted, then created again with
+`spec.resume`; a running one is refused), the first run's config.json is kept, and the local
+copy of the results mirrors storage at the end.
+
 Exit status: 0 when the job completed (whatever the rewards), 1 when it failed or anything went
 wrong, 3 when the RolloutJob was deleted before it finished, 130 on Ctrl-C (the job keeps
 running in the cluster; the message says how to follow, download or cancel it).
@@ -39,7 +45,7 @@ from rollout.api.errors import InvalidInput, Problem
 from rollout.api.job import config_json_text
 from rollout.api.layout import job_config_key, job_prefix, job_result_key, local_job_dir
 from rollout.api.resources import RolloutJob
-from rollout.cli import config, kube, local_run
+from rollout.cli import config, kube, local_run, resume
 from rollout.cli.download import download_results
 from rollout.cli.errors import CliError, ExitCode, Problems, note
 from rollout.cli.prepare import (
@@ -78,6 +84,9 @@ examples:
   rollout job.yaml                                 the same as `rollout run job.yaml`
   rollout run job.yaml --local                     on this machine, no cluster or bucket
   rollout run job.yaml --local --resume            the same job's unfinished trials
+  rollout run job.yaml --resume                    on the cluster: the finished job's trials
+                                                   without a result or with an infrastructure
+                                                   failure run again, the others are kept
   rollout run job.yaml --namespace evals --context prod
   rollout run job.yaml --storage-bucket evals --storage-endpoint http://127.0.0.1:9000 \\
       --storage-path-style --storage-cluster-endpoint http://minio.rollout-system:9000
@@ -113,8 +122,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="with --local: run again only the trials of this job name that have no result or "
-        "failed for the infrastructure's reason, keeping every other trial's result",
+        help="run again only the trials of this job name that have no result or failed for the "
+        "infrastructure's reason, keeping every other trial's result (on a cluster: a finished "
+        "RolloutJob of that name is replaced; its results stay in storage)",
     )
     parser.add_argument(
         "--retry-error",
@@ -123,7 +133,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=local_run.parse_error_type,
         metavar="TYPE",
         help="with --resume: run trials that failed with this error type again too "
-        "(repeatable; e.g. agent_timeout)",
+        "(repeatable; e.g. agent_execution_timeout)",
     )
     parser.add_argument(
         "--max-tasks",
@@ -159,10 +169,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    if args.retry_errors and not args.resume:
+        raise Problems(["--retry-error is read only with --resume"])
     if args.local:
         return local_run.run(args, environ)
-    if args.resume or args.retry_errors:
-        raise Problems(["--resume and --retry-error are for --local runs in this version"])
     # 1. Everything checked; nothing written.
     checked = _check_everything(args, environ)
     settings, prepared, cluster, store = (
@@ -175,6 +185,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     jobs_dir = checked.jobs_dir
     rollout_job, secret = checked.rollout_job, checked.secret
     name = str(rollout_job.metadata.name)
+    if args.resume:
+        rollout_job = resume.resumed_job(rollout_job, args.retry_errors or [])
     if prepared.docker_mapped:
         note("environment.type docker: each trial runs as a Pod in the cluster (kubernetes)")
     for problem in prepared.warnings:
@@ -190,9 +202,14 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     for report in publish_datasets(store, prepared.datasets):
         note(report.describe(store))
 
-    # 3. config.json, the Secret, the RolloutJob, the Secret's owner.
-    config_key = _write_config(store, prepared, args.job_file)
+    # 3. config.json, the Secret, the RolloutJob, the Secret's owner. With --resume, the finished
+    # RolloutJob of that name goes first, and the first run's config.json stays.
     secret_name = secret["metadata"]["name"] if secret is not None else None
+    if checked.replaces:
+        resume.replace(cluster, name)
+        if secret_name is not None:
+            cluster.delete_secret(secret_name)  # the old job's, unless collected already
+    config_key = _write_config(store, prepared, args.job_file, resume=args.resume)
     secret_made = False
     try:
         if secret is not None:
@@ -204,7 +221,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         # one to tell.
         if secret_made and secret_name is not None:
             _undo(lambda: cluster.delete_secret(secret_name))
-        _undo(lambda: store.delete(config_key))
+        if config_key is not None:
+            _undo(lambda: store.delete(config_key))
         raise
     if secret_name is not None:
         try:
@@ -218,7 +236,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     # 4.-5. Follow, download, summarise.
     try:
-        return _follow_and_download(args, cluster, store, name, job.name, jobs_dir)
+        return _follow_and_download(
+            args, cluster, store, name, job.name, jobs_dir, mirror=args.resume
+        )
     except KeyboardInterrupt:
         note("\ninterrupted: the job keeps running in the cluster.")
         note(_how_to_continue(name, job.name))
@@ -242,6 +262,8 @@ class Checked:
     jobs_dir: Path
     rollout_job: RolloutJob
     secret: dict[str, Any] | None
+    replaces: bool = False
+    """--resume: a finished RolloutJob of the job's name is there, to be replaced."""
 
 
 def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> Checked:
@@ -266,7 +288,7 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
         problems += [str(p) for p in unrunnable]
         problems.append(strict_refusal(len(unrunnable)))
     jobs_dir: Path = args.jobs_dir or Path(prepared.job.jobs_dir if prepared else "jobs")
-    if prepared is not None:
+    if prepared is not None and not args.resume:
         local_dir = local_job_dir(jobs_dir, prepared.job.name)
         if local_dir.is_dir() and any(local_dir.iterdir()):
             message = (
@@ -280,6 +302,7 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
         problems.append(str(err))
         where_to_run = True
     rollout_job = secret = None
+    replaces = False
     if cluster is not None and (prepared is None or settings is None):
         try:  # no job to look for, but whether the cluster answers is worth knowing now
             cluster.check_reachable()
@@ -301,14 +324,18 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
             problems.append(str(err))
             where_to_run = True
         else:
-            if existing is not None:
+            if existing is not None and args.resume:
+                if refused := resume.refusal(existing, cluster.where):
+                    problems.append(refused)
+                replaces = True
+            elif existing is not None:
                 phase = (existing.get("status") or {}).get("phase") or "Pending"
                 problems.append(
                     f"a RolloutJob {name} ({phase}) already exists in {cluster.where}: follow it "
                     f"with `rollout status {name} --watch`, delete it with `rollout cancel "
                     f"{name}`, or give the job another name in {args.job_file}"
                 )
-    if store is not None and prepared is not None:
+    if store is not None and prepared is not None and not args.resume:
         try:
             _check_no_old_results(store, prepared, args.job_file)
         except InvalidInput as err:
@@ -323,7 +350,7 @@ def _check_everything(args: argparse.Namespace, environ: Mapping[str, str]) -> C
     assert cluster is not None
     assert store is not None
     assert rollout_job is not None
-    return Checked(settings, prepared, cluster, store, jobs_dir, rollout_job, secret)
+    return Checked(settings, prepared, cluster, store, jobs_dir, rollout_job, secret, replaces)
 
 
 def _follow_and_download(
@@ -333,7 +360,10 @@ def _follow_and_download(
     name: str,
     job_name: str,
     jobs_dir: Path,
+    *,
+    mirror: bool = False,
 ) -> int:
+    """`mirror`: the local copy is made the same as storage's (a resumed job moved files)."""
     console = make_console()
     with ProgressDisplay(console) as display:
         final = follow(
@@ -351,9 +381,11 @@ def _follow_and_download(
         )
         return ExitCode.DELETED
     view = JobView.from_body(final)
-    target, count = download_results(store, job_name, jobs_dir)
-    if count:
-        note(f"downloaded {count} files to {target}")
+    target, written = download_results(store, job_name, jobs_dir)
+    if mirror and (removed := resume.prune_stale(target, written)):
+        note(f"removed {removed} local files that storage no longer has there (moved to retries/)")
+    if written:
+        note(f"downloaded {len(written)} files to {target}")
     else:
         note(f"no results in storage at {store.uri(job_prefix(store.location.prefix, job_name))}")
     summary = load_summary(target, final)
@@ -386,8 +418,11 @@ def _name_in_storage(store: ObjectStore, name: str, job_file: Path) -> InvalidIn
     )
 
 
-def _write_config(store: ObjectStore, prepared: PreparedJob, job_file: Path) -> str:
-    """Store the job file as submitted, as JSON, at `jobs/<job>/config.json`; its key.
+def _write_config(
+    store: ObjectStore, prepared: PreparedJob, job_file: Path, *, resume: bool = False
+) -> str | None:
+    """Store the job file as submitted, as JSON, at `jobs/<job>/config.json`; its key (None:
+    a resumed job's, written by its first run and kept).
 
     Written before the RolloutJob exists, so that the operator, which writes a config.json for
     jobs applied without the CLI, finds it there and keeps it. Written only where storage has
@@ -396,9 +431,11 @@ def _write_config(store: ObjectStore, prepared: PreparedJob, job_file: Path) -> 
     """
     key = job_config_key(store.location.prefix, prepared.job.name)
     text = config_json_text(prepared.content)
-    if not store.put_new(key, text.encode(), "application/json"):
-        raise _name_in_storage(store, prepared.job.name, job_file)
-    return key
+    if store.put_new(key, text.encode(), "application/json"):
+        return key
+    if resume:
+        return None
+    raise _name_in_storage(store, prepared.job.name, job_file)
 
 
 def _undo(step: Callable[[], object]) -> None:

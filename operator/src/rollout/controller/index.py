@@ -78,6 +78,8 @@ class TrialEntry:
     cost: float | None = None
     pod_name: str | None = None
     infra_retries: int = 0
+    earlier_tries: int = 0
+    """Tries before this RolloutTrial (a resumed job's trial that runs again)."""
     deleting: bool = False
     created_at: datetime | None = None
     image_build: str | None = None
@@ -95,8 +97,9 @@ class TrialEntry:
 
     @property
     def tries(self) -> int:
-        """Pods the trial has run in so far: the first, and one per infrastructure retry."""
-        return self.infra_retries + 1
+        """The trial's tries so far, this one included: those before this RolloutTrial (a
+        resumed job's), its first Pod, and one per infrastructure retry."""
+        return self.earlier_tries + self.infra_retries + 1
 
     @property
     def finished(self) -> bool:
@@ -212,6 +215,7 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
     status = body.get("status") or {}
     agent = spec.get("agent") or {}
     retries = status.get("infraRetries")
+    earlier = spec.get("earlierTries")
     attempt = spec.get("attempt")
     return TrialEntry(
         namespace=str(metadata.get("namespace") or ""),
@@ -231,6 +235,7 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
         cost=_number(status.get("cost")),
         pod_name=str(status["podName"]) if status.get("podName") else None,
         infra_retries=retries if isinstance(retries, int) and retries >= 0 else 0,
+        earlier_tries=earlier if isinstance(earlier, int) and earlier >= 0 else 0,
         deleting=bool(metadata.get("deletionTimestamp")),
         created_at=timestamp(metadata.get("creationTimestamp")),
         image_build=str(spec["imageBuild"]) if spec.get("imageBuild") else None,

@@ -26,7 +26,11 @@ wait on a grace period. In this order:
    image needs a build that cannot run (`builds.plan_image`). A trial whose image is built in
    the cluster gets its Pod once the image is Ready: the RolloutImage that builds it is made
    first (`EnsureImage`; an existing one is kept, one that failed before this job began is made
-   anew), and waiting trials count as unfinished;
+   anew), and waiting trials count as unfinished. A resumed job's trials that keep their
+   earlier records are finished from the start (`resume`; the reconciler lays them under the
+   index), one that runs again is made with its earlier tries and after its latest try's files
+   moved (`CreateTrial.keeps`), and a trial whose namesake of an earlier job of this name is
+   still there is not made until it is gone (`JobView.blocked`);
 7. the status, only from a settled view: a decision that writes trials leaves it to the next
    look, which the reconciler takes at once. It is worked out at most once per status interval
    unless urgent; once every trial has finished, the job's files are written to storage first
@@ -64,6 +68,7 @@ from rollout.controller.netpolicy import PolicyPlan
 from rollout.controller.planner import all_finished, next_to_create, unfinished_count
 from rollout.controller.prices import UnitPrices
 from rollout.controller.records import OperatorRecord, TrialPlace
+from rollout.controller.resume import Resumed
 from rollout.controller.shards import cancelled_rows
 from rollout.controller.status import (
     invalid_status,
@@ -75,6 +80,7 @@ from rollout.controller.status import (
 from rollout.controller.trials import (
     CreatePod,
     DeletePod,
+    KeepTry,
     Nothing,
     PatchStatus,
     RetryPod,
@@ -136,6 +142,9 @@ class JobView:
     """The RolloutImages of the job's namespace, by name."""
     created_at: datetime | None = None
     """When the job was made: an image that failed before was another job's failure."""
+    blocked: frozenset[str] = frozenset()
+    """Trials not to create now: a trial of that name of an earlier job of this name (deleted,
+    and replaced by this one) is still there."""
 
 
 # --- what it does ---------------------------------------------------------------------------------
@@ -143,9 +152,11 @@ class JobView:
 
 @dataclass(frozen=True)
 class ResolveDatasets:
-    """Read the job's datasets from storage and plan its trials."""
+    """Read the job's datasets from storage and plan its trials (a resumed job's: and what its
+    earlier run left of those not in `existing`, the trials it has)."""
 
     job: RolloutJob
+    existing: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -183,6 +194,12 @@ class CreateTrial:
     failed: PatchStatus | None = None
     build: ImageBuild | None = None
     image: ImageEntry | None = None
+    earlier_tries: int = 0
+    """A resumed job's trial that runs again: the tries it had."""
+    items: tuple[RowItem, ...] | None = None
+    """A resumed job's shard: the rows it runs (None: all)."""
+    keeps: tuple[KeepTry, ...] = ()
+    """Earlier tries' files to move under `retries/` before the trial is made."""
 
     @property
     def creates_pod(self) -> bool:
@@ -209,6 +226,8 @@ class CreateTrial:
             runner_image=new.runner_image,
             build=self.build,
             rows_image=new.rows_image,
+            earlier_tries=self.earlier_tries,
+            items=self.items,
         )
 
 
@@ -315,7 +334,7 @@ def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
     if view.status.phase == JobPhase.COMPLETED:
         return _expire(view, view.status)
     if isinstance(spec, Unplanned):
-        return JobDecision((ResolveDatasets(spec.job),))
+        return JobDecision((ResolveDatasets(spec.job, frozenset(view.trials)),))
     if isinstance(spec, StorageUnavailable):
         unavailable = storage_unavailable_status(
             view.status, message=spec.message, generation=view.generation, now=view.now
@@ -529,7 +548,7 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
     job = planned.job
     chosen = next_to_create(
         planned.plan,
-        view.trials.__contains__,
+        lambda name: name in view.trials or name in view.blocked,
         unfinished=unfinished_count(planned.plan, view.trials),
         concurrency=job.spec.n_concurrent_trials,
         suspended=job.spec.suspend,
@@ -545,12 +564,25 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
         rows_image=config.rows_image,
     )
     place = TrialPlace(planned.storage, job.job_name)
+    resumed = planned.resumed or Resumed()
     creations: list[CreateTrial] = []
     for trial in chosen:
         failed, build = _at_creation(view, job, place, trial, config)
         ready = view.images.get(build.name) if build is not None else None
         image = ready if ready is not None and ready.ready else None
-        creations.append(CreateTrial(trial, new, failed, build, image))
+        rerun = resumed.reruns.get(trial.name)
+        creations.append(
+            CreateTrial(
+                trial,
+                new,
+                failed,
+                build,
+                image,
+                earlier_tries=rerun.earlier_tries if rerun is not None else 0,
+                items=resumed.row_items.get(trial.name),
+                keeps=resumed.keeps(trial.name),
+            )
+        )
     return creations
 
 
@@ -650,6 +682,7 @@ def _status(
 ) -> JobDecision:
     """The job's status from a settled view (with the steps that change no trial)."""
     job, plan = planned.job, planned.plan
+    resumed = planned.resumed or Resumed()
     done = all_finished(plan, view.trials)
     if view.status_due_in > 0 and not _status_urgent(view, job, done):
         return JobDecision(tuple(steps), requeue_after=view.status_due_in, waiting=waiting)
@@ -657,7 +690,7 @@ def _status(
         moment = view.now.replace(microsecond=0)
         result = job_result(
             job,
-            outcomes(plan, view.trials),
+            outcomes(plan, view.trials, resumed.kept_rows),
             started_at=view.status.started_at or moment,
             ended_at=moment,
         )
@@ -672,6 +705,8 @@ def _status(
         metrics=[m.type for m in job.spec.metrics],
         now=view.now,
         result_uri=view.result_uri if done else None,
+        kept_rows=resumed.kept_rows,
+        kept=resumed.kept_count,
     )
     actions = (*steps, ReportGauges(trial_gauges(plan, view.trials)), *_patch(view.status, desired))
     if desired.phase == JobPhase.COMPLETED:

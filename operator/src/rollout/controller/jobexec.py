@@ -1,10 +1,13 @@
 """Carries out a job reconciler's decisions (`jobdecide`) against the API, storage and metrics.
 
 The actions run in order; an error stops the rest, and the reconciler tries the whole pass again
-later. Every write is idempotent (`kubeapi`), and every write of a trial, a Pod or the job's status
-is remembered (`ownwrites.OwnWrites`) until the watch shows it. `run` says what the next look must
-see (`Done`): trials written, the job's datasets read, its files written, its config.json in
-storage.
+later. Consecutive steps of distinct trials, and consecutive trial creations, run at once
+(`TrialWork`, `TRIAL_WRITERS` at a time): each concerns its own trial and its own Pod; the trials
+themselves are still created in the plan's order, one request after the other (`Turns`,
+`kubeapi.trial_lane`), their Pods and the rest at once. Every write is idempotent (`kubeapi`),
+and every write of a trial, a Pod or the job's status is remembered (`ownwrites.OwnWrites`) until
+the watch shows it. `run` says what the next look must see (`Done`): trials written, the job's
+datasets read, its files written, its config.json in storage.
 
 Storage comes before the API where a trial's files are concerned: the records the operator writes
 for trials whose runner could not (`records`) are written before the status patches that finish
@@ -22,9 +25,19 @@ only where the decision cannot know it:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +47,7 @@ from rollout.controller.cost import trial_cost
 from rollout.controller.datasets import DatasetProblem
 from rollout.controller.finish import write_job_files
 from rollout.controller.hostnames import resolve_names
-from rollout.controller.index import TrialEntry
+from rollout.controller.index import TrialEntry, owner_uid
 from rollout.controller.jobconfig import write_job_config
 from rollout.controller.jobdecide import (
     CreateNetworkPolicies,
@@ -55,6 +68,7 @@ from rollout.controller.netpolicy import PolicyPlan, render_policies
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pod import render_trial_pod
 from rollout.controller.records import OperatorRecord, TrialPlace
+from rollout.controller.resume import plan_resume, read_earlier_files
 from rollout.controller.runtime import Runtime
 from rollout.controller.shards import finish_rows, keep_row_tries, shard_error, shard_items
 from rollout.controller.status import status_patch
@@ -73,7 +87,94 @@ log = logging.getLogger(__name__)
 RECORD_WRITERS = 8
 """Records written at once: each is a few small requests to storage, mostly waiting."""
 
+TRIAL_WRITERS = 16
+"""Trials created (the RolloutTrial, then its Pod) or stepped at once: as many as the API
+client's threads (`kubeapi.WORKERS`). One after the other, a job's trials would start no faster
+than one API round trip after another (2 per trial at creation) allows, whatever the API
+server's capacity."""
+
+ORDERED_CREATIONS = 1
+"""Trial creations asked for at once (`Turns`): 1 keeps DESIGN's order, each asked for after the
+one before it, and the API client sends a job's trials one after the other in that order
+(`kubeapi.trial_lane`), so that the trials that exist are always the plan's first ones; their
+Pods are made `TRIAL_WRITERS` at a time."""
+
 PostWarning = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class TrialWork:
+    """Consecutive actions about distinct trials (their steps, or their creation), carried out
+    at once (`TRIAL_WRITERS` at a time): none of them depends on another."""
+
+    actions: tuple[TrialStep | CreateTrial, ...]
+
+
+def _trial_work_grouped(
+    actions: Iterable[JobAction],
+) -> Iterator[JobAction | TrialWork]:
+    """The actions in order, each run of consecutive trial steps and each run of consecutive
+    trial creations as one `TrialWork` (a decision lists a trial at most once in each)."""
+    run: list[TrialStep | CreateTrial] = []
+    for action in actions:
+        if run and type(action) is not type(run[0]):
+            yield TrialWork(tuple(run))
+            run = []
+        if isinstance(action, TrialStep | CreateTrial):
+            run.append(action)
+        else:
+            yield action
+    if run:
+        yield TrialWork(tuple(run))
+
+
+class Turns:
+    """Trials' creations asked for in a given order, `window` at a time, while the rest of their
+    creation (their Pods, their records) runs at once: `take(name)` is entered around asking for
+    the trial's creation, and waits until the one `window` places before it in the order is
+    `done` (asked for, failed, or not made at all: its job is going). `at_most` starts the calls
+    in order, so that one has always started, and each is `done` whatever happens to it."""
+
+    def __init__(self, names: Iterable[str], window: int = 1) -> None:
+        self._order = list(names)
+        self._index = {name: index for index, name in enumerate(self._order)}
+        self._done = {name: asyncio.Event() for name in self._order}
+        self._window = max(1, window)
+
+    @contextlib.asynccontextmanager
+    async def take(self, name: str) -> AsyncIterator[None]:
+        index = self._index[name]
+        if index >= self._window:
+            await self._done[self._order[index - self._window]].wait()
+        try:
+            yield
+        finally:
+            self.done(name)
+
+    def done(self, name: str) -> None:
+        self._done[name].set()
+
+
+async def at_most(calls: Iterable[Callable[[], Awaitable[None]]], limit: int) -> None:
+    """Await each call, `limit` at a time, in order. After a failure no further call starts; the
+    ones under way finish (each write is idempotent, and what they wrote is remembered), then
+    the first failure is raised."""
+    pending = iter(calls)
+    failures: list[Exception] = []
+
+    async def worker() -> None:
+        for call in pending:
+            if failures:
+                return
+            try:
+                await call()
+            except Exception as err:  # the first one is raised below, once the rest are done
+                failures.append(err)
+                return
+
+    await asyncio.gather(*(worker() for _ in range(max(1, limit))))
+    if failures:
+        raise failures[0]
 
 
 @dataclass
@@ -89,6 +190,8 @@ class Done:
     """The job's config.json is in storage (written now, or found there)."""
     policies_made: bool = False
     """The job's NetworkPolicies exist (made now, or found)."""
+    blocked: set[str] = field(default_factory=set)
+    """Trials not made: a trial of that name of an earlier job of this name is still there."""
 
     @property
     def changed(self) -> bool:
@@ -124,21 +227,16 @@ class JobExecutor:
         actions = list(actions)
         await self._write_records(actions)
         done = Done()
-        for action in actions:
+        for action in _trial_work_grouped(actions):
             match action:
-                case ResolveDatasets(job=job):
-                    done.spec = await self.resolve(job)
-                case TrialStep(trial=trial, action=step, place=place):
-                    if await self._trial_step(trial, step, place, now):
+                case ResolveDatasets(job=job, existing=existing):
+                    done.spec = await self.resolve(job, existing)
+                case TrialWork(actions=work):
+                    if await self._trial_work(work, now, done.blocked):
                         done.trials_written = True
                 case EnsureImage():
                     if not self.leaving():
                         await self._ensure_image(action)
-                case CreateTrial():
-                    # Checked before each: the job may go while its trials are created.
-                    if not self.leaving():
-                        await self._create_trial(action, now)
-                        done.trials_written = True
                 case WriteJobConfig(storage=storage, job=job):
                     await write_job_config(self.runtime.stores.for_spec(storage), job)
                     done.config_written = True
@@ -168,10 +266,45 @@ class JobExecutor:
                     self.writes.job_deleted = True
         return done
 
+    # --- trials at once
+
+    async def _trial_work(
+        self, work: Iterable[TrialStep | CreateTrial], now: datetime, blocked: set[str]
+    ) -> bool:
+        """Carry out trial steps or creations, `TRIAL_WRITERS` at a time; True when a trial was
+        written. Creations blocked by an earlier job's trial of the same name go in `blocked`."""
+        written = False
+
+        async def one(action: TrialStep | CreateTrial) -> None:
+            nonlocal written
+            if isinstance(action, TrialStep):
+                if await self._trial_step(action.trial, action.action, action.place, now):
+                    written = True
+            else:
+                try:
+                    # Before each: the job may go while its trials are created.
+                    if self.leaving():
+                        return
+                    if await self._create_trial(action, now, turns.take(action.name)):
+                        written = True
+                    else:
+                        blocked.add(action.name)
+                finally:
+                    turns.done(action.name)
+
+        work = list(work)
+        creations = [action.name for action in work if isinstance(action, CreateTrial)]
+        turns = Turns(creations, ORDERED_CREATIONS)
+        await at_most([functools.partial(one, action) for action in work], TRIAL_WRITERS)
+        return written
+
     # --- the job's datasets
 
-    async def resolve(self, job: RolloutJob) -> Planned | Invalid | StorageUnavailable:
-        """Read the job's datasets from storage and plan its trials."""
+    async def resolve(
+        self, job: RolloutJob, existing: Collection[str] = ()
+    ) -> Planned | Invalid | StorageUnavailable:
+        """Read the job's datasets from storage and plan its trials; for a resumed job, read
+        what its earlier run left of the trials it has not made (`existing`: those it has)."""
         storage = check_job(job, self.runtime.config.storage, self.where)
         if isinstance(storage, Invalid):
             return storage
@@ -182,7 +315,30 @@ class JobExecutor:
             return Invalid(JobConditionReason.DATASET_NOT_FOUND, f"{self.where}: {err.message}")
         except StorageError as err:
             return StorageUnavailable(f"Object storage cannot be reached; retrying: {err}")
-        return plan_trials(job, self.name, datasets, storage, self.where)
+        planned = plan_trials(job, self.name, datasets, storage, self.where)
+        if not isinstance(planned, Planned) or not job.spec.resume:
+            return planned
+        place = TrialPlace(storage, job.job_name)
+        try:
+            earlier = await asyncio.to_thread(
+                read_earlier_files, store, place, planned.plan, existing
+            )
+        except StorageError as err:
+            return StorageUnavailable(f"Object storage cannot be reached; retrying: {err}")
+        resumed = plan_resume(
+            planned.plan,
+            place,
+            earlier,
+            namespace=self.namespace,
+            retry=job.spec.retry_errors,
+        )
+        log.info(
+            "%s resumes: %d trials keep their records, %d run again after earlier tries",
+            self.where,
+            resumed.kept_count,
+            len(resumed.reruns) + sum(len(keeps) for keeps in resumed.row_keeps.values()),
+        )
+        return replace(planned, resumed=resumed)
 
     # --- the job's NetworkPolicies
 
@@ -398,22 +554,50 @@ class JobExecutor:
         self.writes.pods_deleted.add(pod_name)
         await self.api.delete_pod(self.namespace, pod_name)
 
-    async def _create_trial(self, create: CreateTrial, now: datetime) -> None:
-        body, created = await self.api.create_trial(self.namespace, create.manifest())
+    async def _create_trial(
+        self,
+        create: CreateTrial,
+        now: datetime,
+        turn: contextlib.AbstractAsyncContextManager[object] | None = None,
+    ) -> bool:
+        """Create the trial (and its first Pod, or its failure); False when a trial of that
+        name belongs to another RolloutJob: an earlier job of this name, still being deleted.
+        `turn`: entered around the trial's own request (the plan's order, `Turns`)."""
+        if create.keeps:
+            # A resumed job's trial: its earlier try's files move under retries/ first (run
+            # again after a restart, the move finds nothing left to move).
+            store = self.runtime.stores.for_spec(create.made_from.storage)
+            await self._in_threads([(store, keep_try, keep) for keep in create.keeps])
+        async with turn or contextlib.nullcontext():
+            # Asked for now (its task runs before the next trial's is even made): the API
+            # client sends trials' creations one after the other, in the order asked for.
+            creating = asyncio.ensure_future(
+                self.api.create_trial(self.namespace, create.manifest())
+            )
+        body, created = await creating
+        if not created and owner_uid(body, RolloutJob.resource.kind) != self.uid:
+            # Not ours: the job makes it once that one is gone (`jobs`, BLOCKED_RETRY_SEC).
+            log.info(
+                "%s: trial %s of an earlier job of this name is still there",
+                self.where,
+                create.name,
+            )
+            return False
         trial = self.writes.trial_written(body)
         if not created:
-            return  # an existing trial is driven like any other
+            return True  # an existing trial is driven like any other
         if create.failed is not None:
             place = TrialPlace(create.made_from.storage, create.made_from.job.job_name)
             if not trial.shard:
                 await self.write_records([create.failed.record])
             await self._finish(trial, create.failed, place, now)
-            return
+            return True
         if not create.creates_pod:
-            return  # its image is being built: its Pod waits for it (`trials.decide`)
+            return True  # its image is being built: its Pod waits for it (`trials.decide`)
         place = TrialPlace(create.made_from.storage, create.made_from.job.job_name)
         image = create.image.pinned_image if create.image is not None else None
         await self._create_pod(body, trial, place, create.pod_name, 0, now, image=image)
+        return True
 
     async def _ensure_image(self, ensure: EnsureImage) -> None:
         """Make the RolloutImage (an existing one is kept); a stale failed one goes first."""

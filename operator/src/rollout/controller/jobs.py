@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import ChainMap
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,9 @@ from rollout.controller.runtime import Runtime
 from rollout.controller.ttl import ttl_after_finished
 
 log = logging.getLogger(__name__)
+
+BLOCKED_RETRY_SEC = 2.0
+"""How soon a trial whose creation found an earlier job's trial of its name is tried again."""
 
 MAX_LOOKS = 6
 """Most looks in one pass (datasets read, trials written, more trials created, files written,
@@ -103,6 +107,8 @@ class JobReconciler:
         # Once in storage, for good (every generation): config.json is the job as submitted.
         self._config_written = False
         self._policies_made = False  # per generation: a new one may need other policies
+        # Trials whose namesake of an earlier job of this name was still there, and since when.
+        self._blocked: dict[str, float] = {}
         self._stopped: kopf.DaemonStopped | None = None
 
     # --- the loop
@@ -152,7 +158,7 @@ class JobReconciler:
         result_uri: str | None = None
         for _ in range(MAX_LOOKS):
             status = self.writes.job_status(self.body)
-            trials = self.writes.trials(self.trials_index.get(self.uid, ()))
+            trials = self._trials(spec)
             self._wait_for_images(trials)
             names: list[str] | None = None
             if not looked and isinstance(spec, Planned) and status.phase != JobPhase.COMPLETED:
@@ -172,8 +178,10 @@ class JobReconciler:
             result_uri = done.result_uri or result_uri
             self._config_written = self._config_written or done.config_written
             self._policies_made = self._policies_made or done.policies_made
+            self._blocked.update(dict.fromkeys(done.blocked, time.monotonic()))
             if not done.changed:
-                return _earliest(decision.requeue_after, recheck)
+                retry = BLOCKED_RETRY_SEC if self._blocked else None
+                return _earliest(decision.requeue_after, recheck, retry)
         return 0.0  # still unsettled: the next pass follows at once
 
     async def _farewell(self) -> None:
@@ -244,7 +252,22 @@ class JobReconciler:
             policies_made=self._policies_made,
             images=NamespaceImages(self.images_index, self.namespace),
             created_at=self.created_at,
+            blocked=self._still_blocked(),
         )
+
+    def _still_blocked(self) -> frozenset[str]:
+        """The trials not to create now (`_blocked`), until BLOCKED_RETRY_SEC has passed."""
+        since = time.monotonic() - BLOCKED_RETRY_SEC
+        self._blocked = {name: at for name, at in self._blocked.items() if at > since}
+        return frozenset(self._blocked)
+
+    def _trials(self, spec: JobSpec) -> Mapping[str, TrialEntry]:
+        """The job's trials: the index with our own newer writes over it, over a resumed job's
+        trials that keep their earlier run's records (`resume`)."""
+        trials = self.writes.trials(self.trials_index.get(self.uid, ()))
+        if isinstance(spec, Planned) and spec.resumed is not None and spec.resumed.kept:
+            return ChainMap(trials, spec.resumed.kept)
+        return trials
 
     def _wait_for_images(self, trials: Mapping[str, TrialEntry]) -> None:
         """Tell the runtime which RolloutImages this job's trials wait for: their changes wake

@@ -20,12 +20,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rollout.api.plan import JobPlan, ResolvedDataset, pick_tasks, plan_job
+from rollout.api.plan import JobPlan, ResolvedDataset, TooManyTrials, pick_tasks, plan_job
 from rollout.api.problems import validation_problems
 from rollout.api.resources import JobConditionReason, RolloutJob, RolloutJobStatus, StorageSpec
 from rollout.api.trial_spec import evaluator_problem, row_verifier
 from rollout.controller.buckets import NoStorage, job_storage_spec
 from rollout.controller.netpolicy import PolicyPlan, policy_plan
+from rollout.controller.resume import Resumed
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Planned:
     storage: StorageSpec
     policies: PolicyPlan | None = None
     """What the job's NetworkPolicies are made from (None: no trial of it needs one)."""
+    resumed: Resumed | None = None
+    """A resumed job (`spec.resume`): what its earlier run left (`resume`)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,8 @@ def plan_trials(
         plan = plan_job(
             resource_name, agents, picked, spec.n_attempts, shard_size=spec.shard_size
         ).as_units()
+    except TooManyTrials as err:
+        return Invalid(JobConditionReason.INVALID_SPEC, f"{where}: spec.nAttempts: {err}")
     except ValueError as err:  # InvalidInput among them
         return Invalid(JobConditionReason.INVALID_SPEC, f"{where}: {err}")
     if problem := _row_problem(job, plan):

@@ -174,7 +174,7 @@ def render_trial_pod(
                 spec,
                 trial_name=name,
                 created_at=created_at,
-                try_number=retry + 1,
+                try_number=spec.earlier_tries + retry + 1,
                 config=config,
                 credentials_secret=credentials_secret,
                 where=where,

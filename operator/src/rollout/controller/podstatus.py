@@ -6,8 +6,9 @@ termination message), in this order of precedence:
 
 1. `Finished`: the runner terminated with a termination message that parses. The trial's outcome
    is in it, whatever happened to the Pod afterwards; but for a shard of data rows whose runner
-   stopped before its last row: then the Pod's loss (or its deadline) decides, and a lost shard
-   runs again for the rows it left.
+   stopped before its last row, and for a runner stopped by its Pod's deletion (SIGTERM: it
+   reports internal_error) while the Pod is still there, Terminating: then the Pod's loss (or
+   its deadline) decides, and a lost trial runs again (a lost shard for the rows it left).
 2. `Lost`: the Pod was evicted, preempted, lost with its node, shut down with it, refused by the
    kubelet at admission, or is being deleted, before the runner finished. Not the trial's doing:
    the operator retries it in a new Pod (up to the job's retry limit).
@@ -149,7 +150,7 @@ def classify_pod(pod: Mapping[str, Any], *, now: datetime, config: OperatorConfi
     runner_end = terminated_state(runner)
 
     if runner_end is not None and (finished := _finished(runner_end)) is not None:
-        if not _unfinished_shard(finished):
+        if not _unfinished_shard(finished) and not _stopped_by_deletion(pod, finished):
             return finished
         # A shard's runner that stopped before its last row (SIGTERM: its Pod went, or ran
         # out of time) leaves rows for the next try: the Pod's fate decides, as without one.
@@ -202,6 +203,19 @@ def _unfinished_shard(finished: Finished) -> bool:
     """A shard's runner reported fewer rows recorded than its shard has."""
     rows = finished.message.rows if finished.message is not None else None
     return rows is not None and rows.get("recorded", 0) < rows.get("total", 0)
+
+
+def _stopped_by_deletion(pod: Mapping[str, Any], finished: Finished) -> bool:
+    """The runner of a Pod being deleted ended with internal_error: what a runner stopped by
+    SIGTERM reports (the trial's own outcome would have come without the deletion). Seen when
+    the operator looks only after the runner reported (it was down, or the Pod stays
+    Terminating while the kubelet unmounts its volumes)."""
+    error = finished.message.error if finished.message is not None else None
+    return (
+        bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        and error is not None
+        and error.type == ErrorType.INTERNAL_ERROR
+    )
 
 
 def _finished(terminated: Mapping[str, Any]) -> Finished | None:

@@ -24,6 +24,13 @@
   worker is let go after `IDLE_WORKER_SEC`: with kopf's default, a watch could take on only
   worker_limit / 5 new objects per second (10 per second with the chart's default of 50), and
   its events (and so the index) would fall behind when thousands of trials start or go.
+- kopf works out the "essence" of every object on every event it gets (a deep copy of the body
+  without its metadata and status: `DiffBaseStorage.build`), to tell whether the object changed
+  for a change handler or a daemon. Only RolloutJobs and RolloutImages have daemons and nothing
+  has change handlers, so the essence of any other kind (`ESSENTIAL_KINDS`) is left empty
+  (`DaemonKindsDiffBase`): trials and their Pods are thousands, a Pod's body is kilobytes (the
+  shim, the trial spec), and copying each on each of its events was a fifth of the operator's
+  CPU while it started 2,000 trials.
 - The worker limit and peering come from the operator's configuration.
 """
 
@@ -31,10 +38,11 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 
 import kopf
 
-from rollout.api.resources import FINALIZER, GROUP, LABEL_TRIAL
+from rollout.api.resources import FINALIZER, GROUP, LABEL_TRIAL, RolloutImage, RolloutJob
 from rollout.controller.config import OperatorConfig
 
 DIFFBASE_KEY = "last-handled-configuration"
@@ -45,15 +53,33 @@ REQUEST_TIMEOUT_SEC = 60.0
 IDLE_WORKER_SEC = 0.5
 TRIAL_POD_SELECTOR = LABEL_TRIAL
 """A label selector: Pods that have the `rollout.dev/trial` label, whatever its value."""
+ESSENTIAL_KINDS = frozenset({RolloutJob.resource.kind, RolloutImage.resource.kind})
+"""The kinds whose handlers need kopf's diff of an object (daemons, change handlers): a handler
+of that sort on another kind must add it here."""
+
+
+class DaemonKindsDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's annotations diff base (under our prefix) that works out the essence of the
+    `ESSENTIAL_KINDS` only; any other object's is empty (see the module docstring). An object
+    that does not say its kind gets the full essence, as before."""
+
+    def build(
+        self,
+        *,
+        body: kopf.Body,
+        extra_fields: Iterable[str | tuple[str, ...] | list[str] | None] | None = None,
+    ) -> kopf.BodyEssence:
+        kind = body.get("kind")
+        if kind is None or kind in ESSENTIAL_KINDS:
+            return super().build(body=body, extra_fields=extra_fields)
+        return kopf.BodyEssence()
 
 
 def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Set the operator's kopf settings (see the module docstring)."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key=DIFFBASE_KEY
-    )
+    settings.persistence.diffbase_storage = DaemonKindsDiffBase(prefix=GROUP, key=DIFFBASE_KEY)
     settings.posting.level = logging.WARNING
     settings.watching.label_selectors["v1", "pods"] = TRIAL_POD_SELECTOR
 

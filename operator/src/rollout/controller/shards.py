@@ -80,11 +80,11 @@ def finish_rows(
 
     def one(item: RowItem) -> RowOutcome:
         key = TrialKey(trial.agent, trial.dataset, item.id, item.attempt)
-        result = _read(store, place.result_key(key))
+        result = read_record(store, place.result_key(key))
         if result is None:
             record = _record(place, trial, key, missing_error, now, pod_name)
             write_record(store, record)
-            result = _read(store, record.result_key) or record.result
+            result = read_record(store, record.result_key) or record.result
         return outcome(item, result)
 
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="rollout-rows") as pool:
@@ -100,9 +100,11 @@ def keep_row_tries(
 
     def one(item: RowItem) -> None:
         key = TrialKey(trial.agent, trial.dataset, item.id, item.attempt)
-        if keeps_record(_read(store, place.result_key(key))):
+        if keeps_record(read_record(store, place.result_key(key))):
             return
-        keep_try(store, KeepTry(place.storage, place.prefix(key), number))
+        # A resumed job's row had tries before this shard: its try is counted after them.
+        earlier = (item.try_number or 1) - 1
+        keep_try(store, KeepTry(place.storage, place.prefix(key), earlier + number))
 
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="rollout-rows") as pool:
         list(pool.map(one, items))
@@ -136,13 +138,15 @@ def outcome(item: RowItem, result: TrialResult) -> RowOutcome:
     )
 
 
-def _read(store: ObjectStore, key: str) -> TrialResult | None:
+def read_record(store: ObjectStore, key: str) -> TrialResult | None:
+    """A trial's (or row's) result.json; None when it has none, or one that cannot be read."""
     try:
         return TrialResult.from_json(store.get_bytes(key))
     except ObjectNotFound:
         return None
     except InvalidInput as err:
-        # Kept as it is (a record is never overwritten); the row counts as unrecorded here.
+        # Kept as it is (a record is never overwritten); it counts as none: a row unrecorded,
+        # a resumed job's trial run again (its file moved under retries/).
         log.warning("%s cannot be read: %s", store.uri(key), err)
         return None
 

@@ -31,17 +31,23 @@ from rollout.api.resources import (
     find_condition,
     set_condition,
 )
-from rollout.controller.index import TrialEntry
+from rollout.controller.index import RowEntry, TrialEntry
 
 
-def outcomes(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> list[TrialOutcome]:
+def outcomes(
+    plan: JobPlan,
+    trials: Mapping[str, TrialEntry],
+    kept_rows: Mapping[str, Sequence[RowEntry]] | None = None,
+) -> list[TrialOutcome]:
     """Every trial of the plan in order, as aggregation sees it (not created: no verdict yet);
-    a shard's rows each in their place, from the shard's status once it has finished."""
+    a shard's rows each in their place, from the shard's status once it has finished, and a
+    resumed job's shard's rows that kept their records (`kept_rows`) from the start."""
     listed: list[TrialOutcome] = []
     for planned in plan.trials:
         entry = trials.get(planned.name)
         if planned.shard is not None:
-            listed.extend(_row_outcomes(planned.shard, entry))
+            kept = (kept_rows or {}).get(planned.name, ())
+            listed.extend(_row_outcomes(planned.shard, entry, kept))
         elif entry is not None:
             listed.append(entry.outcome())
         else:
@@ -50,12 +56,15 @@ def outcomes(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> list[TrialOutco
     return listed
 
 
-def _row_outcomes(shard: PlannedShard, entry: TrialEntry | None) -> list[TrialOutcome]:
-    """A shard's rows; the shard's cost is shared evenly among them."""
-    rows = {(row.id, row.attempt): row for row in entry.rows} if entry is not None else {}
+def _row_outcomes(
+    shard: PlannedShard, entry: TrialEntry | None, kept: Sequence[RowEntry] = ()
+) -> list[TrialOutcome]:
+    """A shard's rows; the shard's cost is shared evenly among the rows it ran."""
+    ran = {(row.id, row.attempt): row for row in entry.rows} if entry is not None else {}
+    rows = {(row.id, row.attempt): row for row in kept} | ran
     share = None
-    if entry is not None and entry.cost is not None:
-        share = entry.cost / len(shard.trials)
+    if entry is not None and entry.cost is not None and len(shard.trials) > len(kept):
+        share = entry.cost / (len(shard.trials) - len(kept))
     listed: list[TrialOutcome] = []
     for trial in shard.trials:
         key = trial.key
@@ -68,7 +77,7 @@ def _row_outcomes(shard: PlannedShard, entry: TrialEntry | None) -> list[TrialOu
                 key.attempt,
                 reward=row.reward if row is not None else None,
                 error_type=row.error_type if row is not None else None,
-                cost=share,
+                cost=share if (key.task, key.attempt) in ran or row is None else None,
                 failure_class=row.failure_class if row is not None else None,
             )
         )
@@ -76,18 +85,26 @@ def _row_outcomes(shard: PlannedShard, entry: TrialEntry | None) -> list[TrialOu
 
 
 def trial_counts(
-    plan: JobPlan, trials: Mapping[str, TrialEntry], *, rows: bool = True
+    plan: JobPlan,
+    trials: Mapping[str, TrialEntry],
+    *,
+    rows: bool = True,
+    kept_rows: Mapping[str, Sequence[RowEntry]] | None = None,
 ) -> tuple[int, int]:
     """(running, finished) among the seed's trials of the plan: a finished shard's rows have
-    all finished, and a running shard has one row running (it answers them one at a time).
+    all finished, a running shard has one row running (it answers them one at a time), and a
+    resumed job's shard's kept rows (`kept_rows`) have finished from the start.
     `rows=False`: among the plan's trial resources (a shard is one)."""
     running = finished = 0
     for planned in plan.trials:
         entry = trials.get(planned.name)
+        shard = planned.shard
+        unfinished = entry is None or not entry.finished
+        if unfinished and rows and shard is not None and kept_rows:
+            finished += len(kept_rows.get(planned.name, ()))
         if entry is None:
             continue
         if entry.finished:
-            shard = planned.shard
             finished += len(shard.trials) if rows and shard is not None else 1
         elif entry.phase == TrialPhase.RUNNING:
             running += 1
@@ -104,15 +121,19 @@ def job_status(
     metrics: Sequence[MetricType],
     now: datetime,
     result_uri: str | None = None,
+    kept_rows: Mapping[str, Sequence[RowEntry]] | None = None,
+    kept: int = 0,
 ) -> RolloutJobStatus:
     """The status of a valid job: its phase, counts, figures and conditions.
 
     The job is Completed only once `result_uri` is known (its result.json is written): until
-    then a job whose trials have all finished is still Running.
+    then a job whose trials have all finished is still Running. A resumed job's trials that
+    keep their earlier run's records are among `trials` (shards' rows: `kept_rows`); `kept`
+    says how many, for the Valid condition.
     """
     total = plan.trial_count
-    running, finished = trial_counts(plan, trials)
-    summary = summarize(outcomes(plan, trials), metrics=metrics)
+    running, finished = trial_counts(plan, trials, kept_rows=kept_rows)
+    summary = summarize(outcomes(plan, trials, kept_rows), metrics=metrics)
     done = finished == total
     if done and result_uri is not None:
         phase = JobPhase.COMPLETED
@@ -127,7 +148,8 @@ def job_status(
         JobConditionType.VALID,
         ConditionStatus.TRUE,
         JobConditionReason.SPEC_VALID,
-        f"The spec is valid and its {total} trials are planned.",
+        f"The spec is valid and its {total} trials are planned"
+        + (f"; resumed: {kept} keep their earlier records." if kept else "."),
         now=now,
         observed_generation=generation,
     )

@@ -15,7 +15,7 @@ of a job's trials, it never races another handler over the same trial.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ from rollout.api.resources import (
     TrialPhase,
 )
 from rollout.api.results import TrialError
+from rollout.api.rowrun import RowItem
 from rollout.api.trial_spec import trial_spec
 from rollout.api.trials import TrialKey, trial_labels
 from rollout.controller.builds import ImageBuild
@@ -79,14 +80,25 @@ def trial_manifest(
     runner_image: str,
     build: ImageBuild | None = None,
     rows_image: str | None = None,
+    earlier_tries: int = 0,
+    items: Sequence[RowItem] | None = None,
 ) -> dict[str, Any]:
     """The RolloutTrial to create: named, labelled and owned by its RolloutJob (`build`: its
-    image is built in the cluster)."""
+    image is built in the cluster). A resumed job's trial that runs again: the tries it had
+    (`earlier_tries`), or a shard's rows that run (`items`; None: all)."""
     job_name = job.metadata.name or job.job_name
     built = (build.pull_image, build.name) if build is not None else None
     spec = trial_spec(
-        job, planned, storage=storage, runner_image=runner_image, built=built, rows_image=rows_image
+        job,
+        planned,
+        storage=storage,
+        runner_image=runner_image,
+        built=built,
+        rows_image=rows_image,
+        items=items,
     )
+    if earlier_tries:
+        spec = spec.model_copy(update={"earlier_tries": earlier_tries})
     return {
         "apiVersion": API_VERSION,
         "kind": RolloutTrial.resource.kind,
@@ -333,7 +345,8 @@ def act(
                 )
             return fail(
                 ErrorType.INTERNAL_ERROR,
-                f"{reason} The trial's Pod was lost {trial.tries} times, more than the job's "
+                f"{reason} The trial's Pod was lost {trial.infra_retries + 1} times, more than "
+                f"the job's "
                 f"maxInfraRetries ({max_infra_retries}) allows.",
                 delete_pod=pod_name if removable else None,
                 reason=TrialConditionReason.INFRA_RETRIES_EXHAUSTED,
@@ -375,7 +388,8 @@ def _create_pod(
         return CreatePod(trial.current_pod_name, 0, **built)
     if previous is not None and runner_may_still_write(previous.body, now):
         return Nothing(waiting=True)
-    keep = KeepTry(place.storage, place.prefix(trial.key), number=retry)  # the try before
+    # The try before (after the tries of earlier runs, for a resumed job's trial).
+    keep = KeepTry(place.storage, place.prefix(trial.key), number=trial.earlier_tries + retry)
     return CreatePod(trial.current_pod_name, retry, keep, **built)
 
 

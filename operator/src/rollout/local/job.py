@@ -34,7 +34,7 @@ from rollout.api.layout import (
     job_result_key,
 )
 from rollout.api.plan import JobPlan, PlannedShard, PlannedTrial
-from rollout.api.records import keeps_record
+from rollout.api.records import keeps_record, tries_so_far
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import JobResult, TrialResult
 from rollout.api.rowresults import (
@@ -173,13 +173,14 @@ class LocalJob:
                 assert result is not None
                 self._records[planned.name] = result
                 continue
-            if directory.is_dir() and any(p.name != RETRIES_DIR for p in directory.iterdir()):
-                done = (result.rollout.tries if result and result.rollout else None) or 1
-                done = max(done, _kept_tries(directory) + 1)
+            own_files = directory.is_dir() and any(
+                p.name != RETRIES_DIR for p in directory.iterdir()
+            )
+            kept = _kept_tries(directory) if directory.is_dir() else 0
+            done = tries_so_far(result, own_files=own_files, kept=kept)
+            if own_files:
                 _move_to_retries(directory, done)
-                tries[planned.name] = done
-            else:
-                tries[planned.name] = _kept_tries(directory) if directory.is_dir() else 0
+            tries[planned.name] = done
         return tries
 
     def _trial_dir(self, planned: PlannedTrial) -> Path:

@@ -73,12 +73,15 @@ class RetryPolicy(BaseModel):
     """Exponential backoff with full jitter, bounded in attempts and in total time.
 
     The defaults suit a sidecar: about a minute of retrying rides out an endpoint restart or a
-    throttling burst, and still leaves the trial's own deadline in charge.
+    throttling burst, and still leaves the trial's own deadline in charge. Twenty tries, not
+    fewer: an endpoint that refuses connections at once uses a try in no time, and ten tries
+    (their random waits up to 0.5, 1, 2, ... s) lasted less than 30 s about one time in five;
+    twenty outlast a 30 s outage, the 60 s bounding the whole.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_attempts: int = Field(default=10, ge=1, description="Attempts in all, the first included.")
+    max_attempts: int = Field(default=20, ge=1, description="Attempts in all, the first included.")
     max_seconds: float = Field(
         default=60.0, gt=0, description="No new attempt once this much time would have passed."
     )

@@ -37,6 +37,7 @@ from rollout.api.rules import (
 from rollout.api.secretref import SecretKeySelector as SecretKeySelector
 from rollout.api.service_agents import HEADER_NAME_PATTERN, ModelBase, header_name_problem
 from rollout.api.storage import StorageSpec as StorageSpec  # spec.storage: rollout.api.storage
+from rollout.api.trials import LABEL_VALUE_RULE, is_label_value, label_key_problem
 
 
 class ObjectMeta(BaseModel):
@@ -188,6 +189,15 @@ class Toleration(ApiModel):
         None, description="How long a NoExecute taint is tolerated before eviction."
     )
 
+    @model_validator(mode="after")
+    def _as_the_api_server_takes_it(self) -> Toleration:
+        # What the API server would refuse in every trial's Pod, said once, here.
+        if self.key and (problem := label_key_problem(self.key)):
+            raise FieldErrors([("key", problem)])
+        if self.operator is TolerationOperator.EXISTS and self.value:
+            raise FieldErrors([("value", "must be empty when operator is Exists")])
+        return self
+
 
 class LocalObjectReference(ApiModel):
     """A reference to an object in the same namespace, by name."""
@@ -211,6 +221,21 @@ class PodOverrides(ApiModel):
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list, description="Secrets for pulling environment and runner images."
     )
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        # The API server refuses a Pod whose selector no node label can match; say so here,
+        # before any trial, rather than have every trial's Pod refused.
+        problems: list[tuple[str | None, str]] = []
+        for key, label in value.items():
+            if problem := label_key_problem(key):
+                problems.append((key, problem))
+            elif not is_label_value(label):
+                problems.append((key, f"{label!r} is no label value: {LABEL_VALUE_RULE}"))
+        if problems:
+            raise FieldErrors(problems)
+        return value
 
 
 # --- what the CRD generator reads -----------------------------------------------------------------

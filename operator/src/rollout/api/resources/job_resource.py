@@ -30,11 +30,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import AwareDatetime, Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from rollout.api.additions import FailureCounts
 from rollout.api.base import ApiModel
 from rollout.api.environment import ClusterEnvironmentSettings
+from rollout.api.errors import ErrorType
 from rollout.api.job import JobDataset
 from rollout.api.job_settings import JobSettings, check_agent_names
 from rollout.api.metrics import MetricValue
@@ -120,6 +121,21 @@ class RolloutJobSpec(JobSettings, _JobName):
         "(infrastructure failures, not trial errors).",
     )
     suspend: bool = Field(False, description="While true, no new trial starts.")
+    resume: bool = Field(
+        False,
+        exclude_if=lambda v: v is False,
+        description="Resume the job of this jobName in storage: a trial whose record there "
+        "was scored, or failed for a reason of the agent's or the task's, keeps it and does not "
+        "run; the others (no record, an infrastructure failure, an error type in retryErrors) "
+        "run again, their earlier tries' files kept under retries/<k>/. Read when the job is "
+        "planned (created, or a new generation); result.json counts every trial.",
+    )
+    retry_errors: list[ErrorType] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="With resume: error types whose trials run again too "
+        "(e.g. agent_execution_timeout).",
+    )
     ttl_seconds_after_finished: int | None = Field(
         None, ge=0, description="Delete the RolloutJob this many seconds after it finishes."
     )
@@ -134,6 +150,14 @@ class RolloutJobSpec(JobSettings, _JobName):
     def _agents(cls, value: list[AgentSpec]) -> list[AgentSpec]:
         check_agent_names(value)
         return value
+
+    @model_validator(mode="after")
+    def _retry_errors_with_resume(self) -> RolloutJobSpec:
+        if self.retry_errors and not self.resume:
+            raise FieldErrors(
+                [("retryErrors", "is only read with resume: true (set resume, or drop it)")]
+            )
+        return self
 
     @field_validator("datasets")
     @classmethod

@@ -140,6 +140,13 @@ class RolloutTrialSpec(ApiModel):
     )
     preserve_env: bool = Field(False, description="Keep the environment after the trial.")
     log_level: LogLevel = Field(LogLevel.ERROR, description="Log level of the runner.")
+    earlier_tries: int = Field(
+        0,
+        ge=0,
+        exclude_if=lambda v: v == 0,
+        description="Tries the trial had before this RolloutTrial (a resumed job's): its files "
+        "are under retries/1..n/, and this trial's first Pod is try n+1.",
+    )
     rows: ShardRows | None = Field(
         None,
         description="A shard of a data dataset: the rows this trial runs, each with its own "
