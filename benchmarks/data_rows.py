@@ -36,10 +36,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from operator_throughput import RecentFirstLog, api, operator_env, run_operator  # noqa: E402
+from operator_throughput import (  # noqa: E402
+    RecentFirstLog,
+    api,
+    free_port,
+    operator_env,
+    run_operator,
+)
 from pydantic import SecretStr  # noqa: E402
 
 from kubeharness.emulator.emulated import EmulatedKube  # noqa: E402
+from kubeharness.identity import Identity  # noqa: E402
 from kubeharness.kube import Kube  # noqa: E402
 from kubeharness.kubelet import run_trial_pod  # noqa: E402
 from kubeharness.resources import PODS, ROLLOUT_JOBS, SECRETS  # noqa: E402
@@ -93,12 +100,13 @@ def job(dataset: dict[str, str], shard_size: int, concurrency: int) -> dict[str,
 async def operator_process(
     kube: Kube, storage: StorageLocation, workdir: Path
 ) -> AsyncIterator[int]:
+    kubeconfig = kube.write_kubeconfig(workdir / "kubeconfig", identity=Identity.OPERATOR)
     env = operator_env(
-        kube,
+        str(kubeconfig),
         [kube.namespace],
         storage,
-        workdir,
         (ACCESS_KEY, SECRET_KEY),
+        free_port(),
         ROLLOUT_STORAGE_CREDENTIALS_SECRET=CREDENTIALS_SECRET,
     )
     async with run_operator(env, workdir / "operator.log") as process:

@@ -64,12 +64,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from operator_throughput import api, operator_env, run_operator  # noqa: E402
+from operator_throughput import api, free_port, operator_env, run_operator  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
 from buildah_kit import base_image_unavailable_reason, push_base_image  # noqa: E402
 from fakecontainer import unavailable_reason as fake_container_unavailable  # noqa: E402
 from kubeharness.build_kubelet import run_build_pod  # noqa: E402
+from kubeharness.identity import Identity  # noqa: E402
 from kubeharness.kube import Kube  # noqa: E402
 from kubeharness.kubelet import run_trial_pod  # noqa: E402
 from kubeharness.polling import wait_for  # noqa: E402
@@ -167,12 +168,13 @@ async def operator_process(
 ) -> AsyncIterator[Callable[[], None]]:
     """The operator, configured for Buildah builds into `registry`; yields a check that it is
     still running (for the waits)."""
+    kubeconfig = kube.write_kubeconfig(workdir / "kubeconfig", identity=Identity.OPERATOR)
     env = operator_env(
-        kube,
+        str(kubeconfig),
         namespaces,
         storage,
-        workdir,
         (ACCESS_KEY, SECRET_KEY),
+        free_port(),
         ROLLOUT_STORAGE_CREDENTIALS_SECRET=CREDENTIALS_SECRET,
         ROLLOUT_IMAGE_REGISTRY=registry.host,
         ROLLOUT_IMAGE_REGISTRY_PLAIN_HTTP="true",
@@ -184,11 +186,9 @@ async def operator_process(
     async with run_operator(env, log_path) as process:
 
         def alive() -> None:
-            if process.returncode is not None:
-                tail = log_path.read_text(errors="replace").splitlines()[-30:]
-                raise SystemExit(
-                    f"the operator exited ({process.returncode}); its log:\n" + "\n".join(tail)
-                )
+            code = process.process.returncode
+            if code is not None:
+                raise SystemExit(f"the operator exited ({code}); its log:\n" + process.tail())
 
         yield alive
 

@@ -974,7 +974,7 @@ async def job_ratio(
 
 
 @contextlib.asynccontextmanager
-async def api(which: str, workdir: Path, install_crds: bool) -> AsyncIterator[Any]:
+async def api(which: str, workdir: Path, install_crds: bool = False) -> AsyncIterator[Any]:
     """The Kubernetes API to measure against; says which."""
     if which == "emulator":
         print("API: the emulator (tests/kubeharness/emulator), in this process")

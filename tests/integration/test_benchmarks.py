@@ -31,8 +31,9 @@ def _run(script: str, *args: str) -> str:
 @requires_fake_container()
 def test_the_runner_overhead_benchmark_runs() -> None:
     out = _run("runner_overhead.py", "--trials", "1")
-    assert "runner overhead per trial, 1 trials" in out
+    assert "runner overhead, container start to runner exit (a Pod's view) (1 trials" in out
     assert "agent_execution_sec" in out
+    assert "shim round trips per trial: " in out
 
 
 def test_the_operator_throughput_benchmark_runs() -> None:
