@@ -34,6 +34,7 @@ from rollout.api.dataset import load_local_dataset
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import canonical_json, manifest_digest
 from rollout.api.trials import enumerate_trials, trial_resource_name
+from rollout.api.wire.spec import SPEC_ENV_VAR
 from rollout.controller.config import OperatorConfig
 from rollout.controller.metrics import OperatorMetrics
 from rollout.datasets.bundle import build_manifest
@@ -198,16 +199,24 @@ def runner_message(
     )
 
 
+def pod_env(pod: Mapping[str, Any], name: str) -> str:
+    """The value of a trial Pod's variable `name` (the runner's: the trial spec, the try...)."""
+    return next(
+        e["value"] for c in pod["spec"]["containers"] for e in c.get("env", []) if e["name"] == name
+    )
+
+
+def pod_trial_spec(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial spec a trial Pod's runner gets (camelCase, as the RolloutTrial has it)."""
+    return dict(json.loads(pod_env(pod, SPEC_ENV_VAR)))
+
+
 def outcome(pod: dict[str, Any]) -> str:
     """What each trial's runner reports: oracle passes; claude gets 0.5 on task-a, 0 on task-b,
     fails its first attempt at task-c and passes the second."""
     labels = pod["metadata"]["labels"]
     agent, task = labels["rollout.dev/agent"], labels["rollout.dev/task"]
-    spec = json.loads(
-        next(e["value"] for c in pod["spec"]["containers"] for e in c.get("env", [])
-             if e["name"] == "ROLLOUT_TRIAL_SPEC")
-    )  # fmt: skip
-    attempt = spec["attempt"]
+    attempt = pod_trial_spec(pod)["attempt"]
     if agent == "oracle":
         return runner_message(1.0)
     if task == "task-a":

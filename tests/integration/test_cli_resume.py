@@ -10,13 +10,18 @@ local copy of the results mirrors storage."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from cli_kit import TRIALS, Cli, Workspace, job_tree, local_tree
-from operator_kit import operator_config, operator_memo, play_kubelet, runner_message
+from operator_kit import (
+    operator_config,
+    operator_memo,
+    play_kubelet,
+    pod_trial_spec,
+    runner_message,
+)
 from s3_kit import S3Settings
 
 from kubeharness.kube import Kube
@@ -35,10 +40,7 @@ LOST = ("coder", "beta", "sort")
 
 
 def trial_of(pod: dict[str, Any]) -> tuple[str, str, str]:
-    spec = json.loads(
-        next(e["value"] for c in pod["spec"]["containers"] for e in c.get("env", [])
-             if e["name"] == "ROLLOUT_TRIAL_SPEC")
-    )  # fmt: skip
+    spec = pod_trial_spec(pod)
     return spec["agent"]["name"], spec["datasetName"], spec["taskName"]
 
 

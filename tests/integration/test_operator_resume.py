@@ -7,7 +7,6 @@ trial. The earlier run is written into storage as the runner and the operator le
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from operator_kit import (
@@ -17,6 +16,7 @@ from operator_kit import (
     make_dataset,
     operator_config,
     operator_memo,
+    pod_env,
     publish,
     runner_message,
 )
@@ -91,15 +91,6 @@ def earlier_run(store: ObjectStore, job: str) -> dict[str, bytes]:
     return files
 
 
-def try_number(pod: dict[str, Any]) -> str:
-    return next(
-        e["value"]
-        for c in pod["spec"]["containers"]
-        for e in c.get("env", [])
-        if e["name"] == TRY_ENV_VAR
-    )
-
-
 async def finish_all(kube: Kube, pods: list[str]) -> None:
     for name in pods:
         await kube.wait_for(lambda name=name: kube.find(PODS, name), what=f"Pod {name}")
@@ -132,7 +123,7 @@ async def test_a_resumed_job_runs_only_the_trials_without_a_record_it_keeps(
             == before[moved + "retries/1/result.json"]
         )
         assert not [k for k in store.list_keys(moved) if not k.startswith(moved + "retries/")]
-        assert [try_number(p) for p in pods] == ["3", "1"]
+        assert [pod_env(p, TRY_ENV_VAR) for p in pods] == ["3", "1"]
         await finish_all(kube, rerun)
         done = await kube.wait_for(lambda: job_phase(kube, "again", "Completed"))
 

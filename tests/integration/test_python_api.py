@@ -387,14 +387,11 @@ def operator_results(
     return rewards
 
 
-async def test_rollout_on_the_cluster_returns_the_summary_of_that_run(
-    kube: Kube,
-    s3_settings: S3Settings,
-    store: ObjectStore,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.chdir(tmp_path)
+async def submit_on_cluster(
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path
+) -> tuple[asyncio.Task[dict[str, Any]], dict[str, Any]]:
+    """`rollout()` of the project's config on the cluster, in a thread: the call under way and
+    the RolloutJob it submitted."""
     write_project(tmp_path, "https://models.example.com/v1")
     environ = cluster_environ(tmp_path, kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings)
     run = asyncio.create_task(
@@ -405,7 +402,18 @@ async def test_rollout_on_the_cluster_returns_the_summary_of_that_run(
         found = await kube.list(ROLLOUT_JOBS, kube.namespace)
         return found[0] if found else None
 
-    body = await kube.wait_for(submitted, what="the RolloutJob rollout() submits")
+    return run, await kube.wait_for(submitted, what="the RolloutJob rollout() submits")
+
+
+async def test_rollout_on_the_cluster_returns_the_summary_of_that_run(
+    kube: Kube,
+    s3_settings: S3Settings,
+    store: ObjectStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run, body = await submit_on_cluster(kube, s3_settings, tmp_path)
     job = body["spec"]["jobName"]
     assert job.startswith("mini_v1-")
     assert API_KEY not in json.dumps(body)
@@ -450,17 +458,7 @@ async def test_rollout_raises_when_the_cluster_job_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    write_project(tmp_path, "https://models.example.com/v1")
-    environ = cluster_environ(tmp_path, kube.write_kubeconfig(tmp_path / "kubeconfig"), s3_settings)
-    run = asyncio.create_task(
-        asyncio.to_thread(rollout, config_path="configs/rollout/mini.json", environ=environ)
-    )
-
-    async def submitted() -> dict[str, Any] | None:
-        found = await kube.list(ROLLOUT_JOBS, kube.namespace)
-        return found[0] if found else None
-
-    body = await kube.wait_for(submitted, what="the RolloutJob rollout() submits")
+    run, body = await submit_on_cluster(kube, s3_settings, tmp_path)
     await wait_for_watch(kube)
     message = "dataset mini is not in storage"
     await kube.patch_status(

@@ -257,6 +257,8 @@ class JobReconciler:
 
     def _still_blocked(self) -> frozenset[str]:
         """The trials not to create now (`_blocked`), until BLOCKED_RETRY_SEC has passed."""
+        if not self._blocked:
+            return frozenset()
         since = time.monotonic() - BLOCKED_RETRY_SEC
         self._blocked = {name: at for name, at in self._blocked.items() if at > since}
         return frozenset(self._blocked)
