@@ -19,9 +19,11 @@ starts it. `shell` picks the userland:
 - "/bin/bash": `bash --posix` runs the shim; commands still run with /bin/sh.
 
 `hide` names tools (say `setsid`, `su`) that the container must lack, to exercise the shim's
-fallbacks: /dev/null is mounted over them, which no shell takes for a command. The busybox and
-hidden-tool mounts are made by a prelude (`_PRELUDE`) that PID 1 runs in the container's root
-before it becomes the shim.
+fallbacks: /dev/null is mounted over them, which no shell takes for a command. `local_bin` gives
+the container a /usr/local/bin of its own (first on PATH), writable from the host at
+`FakeContainer.local_bin`: stand-in programs go there. The busybox, hidden-tool and /usr/local/bin
+mounts are made by a prelude (`_PRELUDE`) that PID 1 runs in the container's root before it
+becomes the shim.
 
 Leaving the context kills the whole pid namespace (PID 1 dies, so the kernel kills the rest) and
 checks that no mount leaked into the host's namespace.
@@ -51,13 +53,17 @@ AGENT_USER = "agent"
 AGENT_UID = 1000
 WORKDIR = "/app"
 BUSYBOX_APPLETS = "/bb"
+LOCAL_BIN = "/rollout-local-bin"
+"""Inside the container: the directory mounted over /usr/local/bin when `local_bin` is asked."""
 
 # Runs as the container's PID 1 in its root, before it becomes the shim: busybox over /bin/sh
-# ($1, or '' for none) and /dev/null over the tools named in $2.
+# ($1, or '' for none), /dev/null over the tools named in $2, and the directory $3 (or '') over
+# /usr/local/bin.
 _PRELUDE = r"""
-busybox=$1 hide=$2; shift 2
+busybox=$1 hide=$2 local_bin=$3; shift 3
 set -e
 if [ -n "$busybox" ]; then mount --bind "$busybox" "$(readlink -f /bin/sh)"; fi
+if [ -n "$local_bin" ]; then mount --bind "$local_bin" /usr/local/bin; fi
 for tool in $hide; do
   for d in /usr/local/bin /usr/local/sbin /usr/bin /usr/sbin; do
     if [ -f "$d/$tool" ] && [ ! -L "$d/$tool" ]; then mount --bind /dev/null "$d/$tool"; fi
@@ -131,6 +137,7 @@ class FakeContainer:
         command: Sequence[str] | None,
         hide: Sequence[str],
         unterminated_etc: bool = False,
+        local_bin: bool = False,
     ) -> None:
         if shell not in SHELLS:
             raise ValueError(f"shell must be one of {SHELLS}, got {shell!r}")
@@ -152,9 +159,23 @@ class FakeContainer:
             command = shim_command(CONTROL_DIR)
             if shell == "/bin/bash":
                 command = ["/bin/bash", "--posix", "-c", SHIM_TEXT, SHIM_NAME, CONTROL_DIR]
-        if busybox or hide:
+        self.local_bin: Path | None = None
+        if local_bin:
+            self.local_bin = self.root / LOCAL_BIN.lstrip("/")
+            self.local_bin.mkdir()
+        if busybox or hide or local_bin:
             tools = " ".join(hide)
-            command = ["/bin/sh", "-c", _PRELUDE, "prelude", busybox or "", tools, *command]
+            mounted = LOCAL_BIN if local_bin else ""
+            command = [
+                "/bin/sh",
+                "-c",
+                _PRELUDE,
+                "prelude",
+                busybox or "",
+                tools,
+                mounted,
+                *command,
+            ]
         path = f"{BUSYBOX_APPLETS}:{PATH}" if busybox else PATH
         self.sandbox = spawn_host_sandbox(layout, command, env={"PATH": path, "HOME": "/root"})
         self.process = self.sandbox.process
@@ -274,10 +295,12 @@ def fake_container(
     command: Sequence[str] | None = None,
     hide: Sequence[str] = (),
     unterminated_etc: bool = False,
+    local_bin: bool = False,
 ) -> Iterator[FakeContainer]:
     """Run a fake container in `tmp_path` with the shim (or `command`) as its PID 1
-    (`unterminated_etc`: its /etc/passwd, group, shadow end without a newline)."""
-    container = FakeContainer(tmp_path, shell, command, hide, unterminated_etc)
+    (`unterminated_etc`: its /etc/passwd, group, shadow end without a newline; `local_bin`: a
+    /usr/local/bin of its own, see the module docstring)."""
+    container = FakeContainer(tmp_path, shell, command, hide, unterminated_etc, local_bin)
     try:
         yield container
     finally:

@@ -194,4 +194,12 @@ CASES = [
               invalid=("InvalidSpec", "'nope' is not in the dataset")),
     Malformed("bucket-name-bad", spec(storage={"bucket": "Bad Bucket!"}),
               invalid=("InvalidSpec", "'Bad Bucket!' is not a bucket name")),
+    # Built-in agents (rollout agents list).
+    Malformed("builtin-without-its-key", agents({"name": "claude-code"}),
+              invalid=("InvalidSpec", "the built-in agent 'claude-code' needs ANTHROPIC_API_KEY")),
+    Malformed("builtin-unknown", agents({"name": "mine", "builtin": "claude"}),
+              invalid=("InvalidSpec", "there is no built-in agent 'claude'")),
+    Malformed("builtin-version-bad", agents({"name": "codex", "version": "1 2"}),
+              'spec.agents.version: Invalid value: "1 2": spec.agents.version in body should '
+              "match"),
 ]  # fmt: skip

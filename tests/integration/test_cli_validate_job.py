@@ -75,6 +75,14 @@ REFUSED = {
         ],
         environ={"MY_API_KEY": None},
     ),
+    "a built-in agent's key unset": Case(
+        [
+            "{job}: agents[2].env.ANTHROPIC_API_KEY: environment variable ANTHROPIC_API_KEY is "
+            "not set (the built-in agent 'claude-code' needs it; export it, or give "
+            "env.ANTHROPIC_API_KEY in the job)"
+        ],
+        text=BASE.replace("  - name: oracle\n", "  - name: oracle\n  - name: claude-code\n"),
+    ),
     "environment type without a bridge": Case(
         [
             "{job}: environment.type: is 'modal': on a cluster this version runs trials as Pods "

@@ -28,12 +28,15 @@ from operator_kit import (
     operator_config,
     operator_memo,
     play_kubelet,
+    pod_trial_spec,
     publish,
+    runner_message,
 )
 from s3_kit import S3Settings
 
 from kubeharness.kube import Kube
 from kubeharness.resources import EVENTS, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
+from rollout.api import catalogue
 from rollout.api.layout import job_config_key, job_result_key
 from rollout.api.results import JobResult
 from rollout.api.trials import enumerate_trials, trial_resource_name
@@ -253,6 +256,57 @@ async def test_a_docker_job_runs_its_trials_as_pods_like_kubernetes(
     assert finished_pods == {t["metadata"]["name"] for t in trials}
     status = (await kube.get(ROLLOUT_JOBS, "dockerjob"))["status"]
     assert {c["type"]: c["status"] for c in status["conditions"]}["Valid"] == "True"
+
+
+async def test_a_job_naming_a_builtin_agent_runs_it_with_its_key_from_the_secret(
+    kube: Kube, dataset: dict[str, Any], s3_settings: S3Settings
+) -> None:
+    """A RolloutJob written by hand (GitOps) names a built-in: the trials carry which one, its
+    pinned version and model (the runner runs the catalogue's scripts), and the key comes from
+    the Secret the job names."""
+    key_ref = {"secretKeyRef": {"name": "agent-keys", "key": "anthropic"}}
+    agent = {
+        "name": "claude-code",
+        "modelName": "claude-opus-4-1",
+        "env": [{"name": "ANTHROPIC_API_KEY", "valueFrom": key_ref}],
+    }
+    job = job_manifest("builtin", [dataset], agents=[agent])
+    pods: list[dict[str, Any]] = []
+
+    def record(pod: dict[str, Any]) -> str:
+        pods.append(pod)
+        return runner_message(1.0)
+
+    async with kube.operator(memo=operator_memo(kube, operator_config(s3_settings))):
+        await kube.create(ROLLOUT_JOBS, job)
+        await play_kubelet(kube, lambda: job_phase(kube, "builtin", "Completed"), record)
+
+    trials = await kube.list(ROLLOUT_TRIALS, kube.namespace)
+    version = catalogue_version("claude-code")
+    for trial in trials:
+        spec_agent = trial["spec"]["agent"]
+        assert spec_agent["builtin"] == "claude-code"
+        assert spec_agent["version"] == version
+        assert spec_agent["modelName"] == "claude-opus-4-1"
+        assert "install" not in spec_agent
+        assert "execute" not in spec_agent
+    assert pods
+    for pod in pods:
+        assert pod_trial_spec(pod)["agent"]["version"] == version
+        carriers = [
+            e for c in pod["spec"]["containers"] for e in c.get("env", []) if "valueFrom" in e
+        ]
+        assert {"name": "agent-keys", "key": "anthropic"} in [
+            {k: e["valueFrom"]["secretKeyRef"][k] for k in ("name", "key")}
+            for e in carriers
+            if "secretKeyRef" in e["valueFrom"]
+        ]
+
+
+def catalogue_version(name: str) -> str:
+    agent = catalogue.get(name)
+    assert agent is not None
+    return agent.version
 
 
 async def test_a_job_has_its_config_json_from_its_start_and_keeps_it_when_deleted(

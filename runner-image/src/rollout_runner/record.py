@@ -33,7 +33,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from rollout.api.additions import TokenUsage, TrialAdditions
+from rollout.api.additions import BuiltinRun, TokenUsage, TrialAdditions
 from rollout.api.endpoint import EndpointEvaluation
 from rollout.api.errors import ErrorType
 from rollout.api.failures import failure_class
@@ -97,7 +97,9 @@ class TrialRecord:
     evaluation: EndpointEvaluation | None = None
     """An endpoint agent's own evaluation of the attempt: `rollout.evaluation`."""
     usage: TokenUsage | None = None
-    """A model agent's tokens: `rollout.usage`."""
+    """The agent's tokens (a model agent's, a script agent's usage.json): `rollout.usage`."""
+    builtin: BuiltinRun | None = None
+    """The built-in agent that ran: `rollout.agent`."""
     errors: list[RecordedError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Problems that are not trial errors (say, a log file that could not be read)."""
@@ -222,6 +224,7 @@ class TrialRecord:
                 trace_id=self.trace.trace_id,
                 evaluation=self.evaluation,
                 usage=self.usage,
+                agent=self.builtin,
             ),
         )
 

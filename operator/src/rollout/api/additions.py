@@ -11,7 +11,9 @@ lives under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
                                     "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
                                     "evaluation": {"score": 0.92, "passed": true},
                                     "usage": {"input_tokens": 120, "output_tokens": 24,
-                                              "total_tokens": 144}}
+                                              "total_tokens": 144},
+                                    "agent": {"builtin": "claude-code", "version": "2.0.14",
+                                              "model": "claude-sonnet-4-5"}}
     job result.json     "rollout": {"metrics": [{"type": "mean", "value": 0.85}],
                                     "failures": {"agent": 1, "task": 0, "infrastructure": 1},
                                     "agents": {"<agent>": {"failures": {...}}}}
@@ -27,7 +29,10 @@ lives under one key, `rollout` (`PROJECT_KEY`), the last key of both files:
   agent's own trace.
 - `evaluation`: an endpoint agent's own score and/or pass (`rollout.api.endpoint`), kept beside
   the reward.
-- `usage`: a model agent's tokens over its turns.
+- `usage`: a model agent's tokens over its turns; a script agent's (a built-in's) tokens and
+  cost in USD as it reported them in /logs/agent/usage.json.
+- `agent`: a built-in agent (`rollout.api.catalogue`): which, the version installed and the model
+  it was given, so that a run can be repeated.
 - `metrics`: the job.yaml metrics over the completed trials' rewards (`[]` when none is
   configured).
 - `failures`: the failed trials (the seed's `failed_trials`) by the class of their error, so that
@@ -96,16 +101,34 @@ class TrialAdditions(_Additions):
         description="An endpoint agent's own evaluation of the attempt (score, passed).",
     )
     usage: TokenUsage | None = Field(
-        None, exclude_if=_absent, description="A model agent's tokens over the attempt."
+        None,
+        exclude_if=_absent,
+        description="The agent's tokens over the attempt (a model agent's, or as a script agent "
+        "reported them).",
+    )
+    agent: BuiltinRun | None = Field(
+        None, exclude_if=_absent, description="The built-in agent that ran, and how."
     )
 
 
+class BuiltinRun(ApiModel):
+    """A built-in agent's run: which one, its version and its model."""
+
+    builtin: str = Field(description="The built-in agent (`rollout agents list`).")
+    version: str = Field(description="The version its install pinned.")
+    model: str | None = Field(None, description="The model it was given; null: the CLI's own.")
+
+
 class TokenUsage(ApiModel):
-    """A model agent's tokens, summed over its chat completions."""
+    """An agent's tokens: a model agent's summed over its chat completions, a script agent's as
+    it reported them."""
 
     input_tokens: Count = Field(0, description="Prompt tokens.")
     output_tokens: Count = Field(0, description="Completion tokens.")
     total_tokens: Count = Field(0, description="All tokens, as the API counted them.")
+    cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        None, exclude_if=_absent, description="What the agent reported its calls cost, in USD."
+    )
 
 
 class FailureCounts(ApiModel):

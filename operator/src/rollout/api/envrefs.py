@@ -127,13 +127,20 @@ def resolve_agent_env(
         values: dict[str, str] = {}
         for item in agent.texts():
             missing = [name for name in env_references(item.text) if name not in environ]
+            builtin = getattr(agent, "builtin", None)
             for name in missing:
+                why = (
+                    f"the built-in agent {builtin!r} needs it; export it, or give "
+                    f"{item.field} in the job"
+                    if builtin is not None and item.text == f"${{{name}}}"
+                    else f"agent {agent.name!r} takes {item.field.removeprefix('env.')} from "
+                    f"${{{name}}}"
+                )
                 problems.append(
                     Problem(
                         str(file),
                         f"agents[{index}].{item.field}",
-                        f"environment variable {name} is not set (agent {agent.name!r} "
-                        f"takes {item.field.removeprefix('env.')} from ${{{name}}})",
+                        f"environment variable {name} is not set ({why})",
                     )
                 )
             if not missing:

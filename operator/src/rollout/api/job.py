@@ -20,7 +20,9 @@ open, made here once:
   the job means the same thing from whatever directory `rollout` runs in. `jobs_dir` is an output
   directory and stays relative to the working directory, as the seed has it.
 - Agent env values are strings; `${NAME}` in one takes NAME from the submitter's environment
-  (`rollout.api.envrefs`).
+  (`rollout.api.envrefs`). An agent that is a built-in (`rollout.api.catalogue`) may write its
+  model as `model: NAME` (a string; a mapping is a model agent), and gets the keys its built-in
+  needs as `KEY: ${KEY}` where env does not give them (`JobAgent._with_builtin_keys`).
 - `jobs/<job>/config.json` is the seed's "copy of job.yaml in JSON format": the file's content as
   it was submitted (`read_job_file(...).content`, written by `config_json_text`), not the model.
   So no default is filled in, paths stay as written, `${VAR}` stays text and `type: docker`
@@ -145,6 +147,15 @@ class JobAgent(AgentBase):
     @classmethod
     def _check_env(cls, value: Any) -> Any:
         return _check_texts(value, env_key_problem, "env")
+
+    @classmethod
+    def _with_builtin_keys(cls, data: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+        # Each key the built-in needs and env does not give is taken from the submitter's
+        # environment, like any `${VAR}` (and kept in a Secret on a cluster).
+        env = data.get("env")
+        if env is None or isinstance(env, Mapping):
+            data["env"] = {**{key: f"${{{key}}}" for key in keys}, **(env or {})}
+        return data
 
     @field_validator("headers", mode="before")
     @classmethod

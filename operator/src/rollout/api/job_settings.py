@@ -9,11 +9,13 @@ references, a resource writes Kubernetes env vars with Secret references.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from rollout.api import catalogue
 from rollout.api.base import ApiModel
 from rollout.api.environment import EnvironmentSettings
 from rollout.api.metrics import Metric
@@ -23,7 +25,9 @@ from rollout.api.rules import (
     DEFAULT_INSTRUCTION_PATH,
     ORACLE_AGENT,
     AgentName,
+    AgentVersion,
     InstructionPath,
+    ModelName,
     PositiveInt,
     PositiveSeconds,
     duplicate_problems,
@@ -93,11 +97,91 @@ class AgentBase(ApiModel):
         description=f"An endpoint agent: one request's limit in seconds (default "
         f"{DEFAULT_ENDPOINT_TIMEOUT_SEC:g}).",
     )
+    builtin: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="The built-in agent this one runs (`rollout agents list`); an agent named "
+        "after a built-in that does not give both install and execute is that built-in.",
+    )
+    version: AgentVersion | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="A built-in agent: the version to install (default: the catalogue's pin).",
+    )
+    model_name: ModelName | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="A built-in agent: its model, passed the way its CLI takes it (job.yaml "
+        "also takes `model: NAME`).",
+    )
+    flags: list[str] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="A built-in agent: extra command-line arguments of its CLI, one each.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin(cls, data: Any) -> Any:
+        """A built-in agent (`rollout.api.catalogue`): `model: NAME` read as its model, its
+        pinned version and default model filled in, and the API keys it needs."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        model_key = "modelName" if "modelName" in data else "model_name"
+        if isinstance(data.get("model"), str):
+            if data.get(model_key) is not None:
+                raise FieldErrors([("model", f"give model or {model_key}, not both")])
+            data[model_key] = data.pop("model")
+        name = catalogue.builtin_name(
+            data.get("name"),
+            builtin=data.get("builtin"),
+            install=data.get("install"),
+            execute=data.get("execute"),
+            other_kind=data.get("endpoint") is not None or data.get("model") is not None,
+        )
+        entry = catalogue.get(name) if name is not None else None
+        if entry is None:
+            return data
+        data["builtin"] = name
+        if data.get("version") is None:
+            data["version"] = entry.version
+        if data.get(model_key) is None and entry.model is not None:
+            data[model_key] = entry.model
+        return cls._with_builtin_keys(data, entry.keys_for(data.get(model_key)))
+
+    @classmethod
+    def _with_builtin_keys(cls, data: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+        """`data` with the env a built-in's API `keys` need (each form of env differs)."""
+        return data
 
     @field_validator("name", "description", "install", "execute", "endpoint", mode="before")
     @classmethod
     def _text(cls, value: Any) -> Any:
         return text(value)
+
+    @field_validator("builtin", "version", "model_name", mode="before")
+    @classmethod
+    def _parameter_text(cls, value: Any) -> Any:
+        return text(value)
+
+    @field_validator("builtin")
+    @classmethod
+    def _known_builtin(cls, value: str | None) -> str | None:
+        if value is not None and catalogue.get(value) is None:
+            raise ValueError(catalogue.unknown_builtin_message(value))
+        return value
+
+    @field_validator("flags", mode="before")
+    @classmethod
+    def _flags(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError('give the flags as a list of arguments, e.g. ["--max-turns", "30"]')
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, str) and "\0" in item:
+                    raise FieldErrors([(f"[{index}]", "contains a NUL character")])
+        return value
 
     @field_validator("timeout_sec", mode="before")
     @classmethod
@@ -117,15 +201,46 @@ class AgentBase(ApiModel):
         problems = agent_kind_problems(
             self.name,
             install=self.install,
-            execute=self.execute,
+            execute=self.execute_script,
             endpoint=self.endpoint,
             timeout_sec=self.timeout_sec,
             headers=bool(getattr(self, "headers", None)),
             model=getattr(self, "model", None) is not None,
         )
+        if self.builtin is None:
+            problems += [
+                (field, _not_builtin(self.name, field))
+                for field in ("version", "model_name", "flags")
+                if getattr(self, field)
+            ]
         if problems:
             raise FieldErrors(problems)
         return self
+
+    @property
+    def builtin_agent(self) -> catalogue.BuiltinAgent | None:
+        """The catalogue's entry of a built-in agent."""
+        return catalogue.get(self.builtin) if self.builtin is not None else None
+
+    @property
+    def install_script(self) -> str | None:
+        """The install script: the agent's own, else its built-in's."""
+        if self.install is not None or (entry := self.builtin_agent) is None:
+            return self.install
+        return entry.install_script
+
+    @property
+    def execute_script(self) -> str | None:
+        """The execute script: the agent's own, else its built-in's."""
+        if self.execute is not None or (entry := self.builtin_agent) is None:
+            return self.execute
+        return entry.execute_script
+
+    def parameter_env(self) -> dict[str, str]:
+        """A built-in's version, model and flags as its scripts read them; {} for another."""
+        if self.builtin is None:
+            return {}
+        return catalogue.parameter_env(self.version, self.model_name, self.flags)
 
     @property
     def is_oracle(self) -> bool:
@@ -149,6 +264,19 @@ class AgentBase(ApiModel):
     def scripts(self) -> dict[str, Any]:
         """The fields every form of an agent has, to build another form from this one."""
         return {name: getattr(self, name) for name in AgentBase.model_fields}
+
+
+def _not_builtin(name: str, field: str) -> str:
+    if catalogue.get(name) is not None:
+        return (
+            f"{field} is a parameter of a built-in agent, and {name!r} gives its own install "
+            f"and execute, so it is not the built-in: add `builtin: {name}` to run the "
+            f"built-in with them"
+        )
+    return (
+        f"{field} is a parameter of a built-in agent (`rollout agents list`), and {name!r} is "
+        f"none; a model agent's model is a mapping with its name"
+    )
 
 
 def check_agent_names(agents: list[Any]) -> None:

@@ -133,6 +133,21 @@ def matching_pattern(pattern: str, what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+AGENT_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
+"""A built-in agent's version: what npm, PyPI and release tags take."""
+MODEL_NAME_PATTERN = r"^\S+$"
+"""A built-in agent's model: any name without spaces (claude-sonnet-4-5, openai/gpt-5, ...)."""
+
+AgentVersion = Annotated[
+    str,
+    matching_pattern(AGENT_VERSION_PATTERN, "a version (letters, digits and . _ + -, e.g. 1.2.3)"),
+    Field(json_schema_extra=_pattern(AGENT_VERSION_PATTERN)),
+]
+ModelName = Annotated[
+    str,
+    matching_pattern(MODEL_NAME_PATTERN, "a model name (not empty, no spaces)"),
+    Field(json_schema_extra=_pattern(MODEL_NAME_PATTERN)),
+]
 JobName = Annotated[str, _name_of("job name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
 AgentName = Annotated[str, _name_of("agent name"), Field(json_schema_extra=_pattern(NAME_PATTERN))]
 DatasetName = Annotated[

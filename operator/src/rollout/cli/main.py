@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from rollout.api.errors import InvalidInput
 from rollout.cli import (
+    agents,
     benchmarks,
     cancel,
     check,
@@ -46,6 +47,8 @@ examples:
   rollout publish ./tasks                       upload a dataset, print its content address
   rollout benchmarks list                       the registry's benchmarks and the pulled ones
   rollout benchmarks run arith --agent-endpoint URL --max-tasks 3   a benchmark on an agent
+  rollout agents list                           the built-in agents (claude-code, codex, ...)
+  rollout agents show claude-code               one's scripts and keys, to copy into job.yaml
   rollout validate tasks/hello-world            check one task directory
   rollout validate datasets/my-bench job.yaml   check a dataset and a job file
 
@@ -64,6 +67,7 @@ COMMAND_MODULES = (
     render,
     publish,
     benchmarks,
+    agents,
     check,
     login,
 )

@@ -4,8 +4,9 @@ endpoint or model agent that the runner asks itself.
 The install and execute scripts of job.yaml are copied into the environment as files
 (/installed-agent/install.sh, execute.sh) and run with bash, as the agent user when there is one,
 in the working directory, with task.toml's [environment.env], ROLLOUT_TASK_INSTRUCTION, the
-attempt's W3C trace context as TRACEPARENT (`rollout.api.tracecontext`) and the agent's env (a
-later one wins). Their stdout and
+attempt's W3C trace context as TRACEPARENT (`rollout.api.tracecontext`), a built-in agent's
+version, model and flags (`rollout.api.catalogue`, whose scripts it runs when the job gives none)
+and the agent's env (a later one wins). Their stdout and
 stderr become the trial's setup/ and command/ files. The oracle has no install: its solution/ is
 copied to /oracle (its agent_setup; seed 004's solve.sh at the task root is placed as
 /oracle/solve.sh) and `bash /oracle/solve.sh` runs with the same env and task.toml's
@@ -24,6 +25,7 @@ import logging
 import shlex
 from pathlib import Path
 
+from rollout.api.additions import BuiltinRun
 from rollout.api.envrefs import INSTRUCTION_ENV_VAR
 from rollout.api.errors import ErrorType
 from rollout.api.layout import COMMAND_STDERR, COMMAND_STDOUT, SETUP_STDERR, SETUP_STDOUT
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 async def run(ctx: TrialContext) -> None:
     """Run the agent phases unless setup failed; then kill whatever the agent left running."""
+    _record_builtin(ctx)
     if ctx.record.failed or ctx.task is None:
         return
     try:
@@ -55,18 +58,29 @@ async def run(ctx: TrialContext) -> None:
 
 
 def _agent_env(ctx: TrialContext) -> dict[str, str]:
-    # Lowest first: the task's [environment.env], the instruction's path and the trace, the
-    # job's agent env.
+    # Lowest first: the task's [environment.env], the instruction's path and the trace, a
+    # built-in's version, model and flags, the job's agent env.
     return {
         **ctx.task_env,
         INSTRUCTION_ENV_VAR: ctx.spec.instruction_path,
         TRACEPARENT_ENV_VAR: ctx.record.trace.traceparent,
+        **ctx.spec.agent.parameter_env(),
         **ctx.agent_env.values,
     }
 
 
+def _record_builtin(ctx: TrialContext) -> None:
+    # Which built-in ran, at which version and with which model: what repeats the run.
+    agent = ctx.spec.agent
+    if agent.builtin is not None and agent.version is not None:
+        ctx.record.builtin = BuiltinRun(
+            builtin=agent.builtin, version=agent.version, model=agent.model_name
+        )
+
+
 async def install(ctx: TrialContext) -> None:
-    script = ctx.spec.agent.install
+    _record_builtin(ctx)
+    script = ctx.spec.agent.install_script
     if not script or not script.strip():
         return  # no install script: the phase does not run and its durations stay null
     timeout = ctx.spec.timeouts.agent_install_sec
@@ -91,7 +105,8 @@ async def install(ctx: TrialContext) -> None:
 
 
 async def execute(ctx: TrialContext) -> None:
-    script = ctx.spec.agent.execute or ""
+    _record_builtin(ctx)
+    script = ctx.spec.agent.execute_script or ""
     timeout = ctx.spec.timeouts.agent_sec
     with ctx.record.phase(Phase.AGENT_EXECUTION):
         result = await _run_script(ctx, "execute.sh", script, timeout)

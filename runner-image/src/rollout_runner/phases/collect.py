@@ -10,15 +10,16 @@ Objects, under `<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/`:
     result.json                             always, and always last: its presence in storage
                                             means the trial is complete
 
-Every object passes through the `Redactor` (see `rollout_runner.redact`). Symlinks and special
-files in /logs are skipped (the agent wrote that tree), and so are files whose names the store
-refuses (`InvalidKey`). Uploads run in daemon threads (`Uploads`), one at a time until one has
-gone through, then up to `UPLOAD_THREADS` at once: setup/ and command/ as soon as the agent is
-done (nothing after it changes them), while the verifier runs; the others once the trial ends;
-then result.json alone, once every other object is stored. They run on a deadline of their own
-(`upload_timeout_sec`, from the trial's end); each call is retried by the storage module's
-policy, and the first object that still fails stops the uploads, so that a trial whose files
-are not all in storage never gets its result.json there either.
+A script agent's /logs/agent/usage.json is read into result.json's `rollout.usage`
+(`rollout_runner.agent_usage`). Every object passes through the `Redactor` (see
+`rollout_runner.redact`). Symlinks and special files in /logs are skipped (the agent wrote that
+tree), and so are files whose names the store refuses (`InvalidKey`). Uploads run in daemon threads
+(`Uploads`), one at a time until one has gone through, then up to `UPLOAD_THREADS` at once: setup/
+and command/ as soon as the agent is done (nothing after it changes them), while the verifier runs;
+the others once the trial ends; then result.json alone, once every other object is stored. They run
+on a deadline of their own (`upload_timeout_sec`, from the trial's end); each call is retried by
+the storage module's policy, and the first object that still fails stops the uploads, so that a
+trial whose files are not all in storage never gets its result.json there either.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ from rollout.api.layout import (
     SETUP_STDOUT,
 )
 from rollout.api.results import TrialError, TrialResult
+from rollout.api.service_agents import AgentKind
 from rollout.storage import InvalidKey, StorageError
+from rollout_runner.agent_usage import read_usage
 from rollout_runner.context import TrialContext
 from rollout_runner.phases.common import readable_logs
 from rollout_runner.threads import in_daemon_thread
@@ -77,6 +80,11 @@ async def gather_logs(ctx: TrialContext) -> list[Upload]:
     logs = await readable_logs(ctx)
     if logs is None:
         return []
+    if ctx.spec.agent.kind is AgentKind.SCRIPT:
+        usage, note = await asyncio.to_thread(read_usage, logs)
+        ctx.record.usage = usage
+        if note:
+            ctx.record.notes.append(note)
     return await asyncio.to_thread(_stage_logs, ctx, logs)
 
 

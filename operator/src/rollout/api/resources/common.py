@@ -151,6 +151,27 @@ class AgentSpec(AgentBase):
             raise FieldErrors(problems)
         return value
 
+    @model_validator(mode="after")
+    def _builtin_keys(self) -> AgentSpec:
+        # A resource cannot take a key from anyone's environment: the built-in's keys must be
+        # in env, from a Secret.
+        if (entry := self.builtin_agent) is None:
+            return self
+        given = {v.name for v in self.env}
+        missing = [key for key in entry.keys_for(self.model_name) if key not in given]
+        if missing:
+            raise FieldErrors(
+                [
+                    (
+                        "env",
+                        f"the built-in agent {entry.name!r} needs {key}: add it to env, from "
+                        f"a Secret (valueFrom.secretKeyRef)",
+                    )
+                    for key in missing
+                ]
+            )
+        return self
+
     @field_validator("headers")
     @classmethod
     def _header_names(cls, value: list[HeaderVar]) -> list[HeaderVar]:
