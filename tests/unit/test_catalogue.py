@@ -195,6 +195,7 @@ def test_fields_given_win_over_the_builtins() -> None:
     agent = JobAgent.model_validate(
         {
             "name": "codex",
+            "builtin": "codex",
             "description": "mine",
             "install": "echo my own install",
             "env": {"OPENAI_API_KEY": "${MY_OPENAI_KEY}", "EXTRA": "1"},
@@ -215,11 +216,19 @@ def test_builtin_names_the_builtin_of_an_agent_of_another_name() -> None:
     assert agent.execute_script == entry("codex").execute_script
 
 
-def test_an_agent_with_both_scripts_is_the_users_own() -> None:
-    agent = JobAgent.model_validate({"name": "codex", "install": "true", "execute": "my-codex"})
+@pytest.mark.parametrize("scripts", [{"install": "true", "execute": "my-codex"}, {"execute": "x"}])
+def test_an_agent_with_a_script_of_its_own_is_the_users(scripts: dict[str, str]) -> None:
+    """A job written before the built-in existed keeps its meaning."""
+    agent = JobAgent.model_validate({"name": "codex", **scripts})
     assert agent.builtin is None
     assert agent.env == {}
     assert agent.parameter_env() == {}
+
+
+def test_an_install_alone_is_refused_saying_how_to_keep_the_builtins_execute() -> None:
+    with pytest.raises(ValueError, match="needs an 'execute' script") as raised:
+        JobAgent.model_validate({"name": "codex", "install": "true"})
+    assert "add `builtin: codex` to run its execute with your install" in str(raised.value)
 
 
 @pytest.mark.parametrize(
@@ -229,7 +238,7 @@ def test_an_agent_with_both_scripts_is_the_users_own() -> None:
         ({"name": "mine", "execute": "x", "model": "gpt-5"}, "model_name", "mapping"),
         ({"name": "mine", "execute": "x", "flags": ["-v"]}, "flags", "built-in"),
         (
-            {"name": "codex", "install": "a", "execute": "b", "version": "1"},
+            {"name": "codex", "execute": "b", "version": "1"},
             "version",
             "add `builtin: codex`",
         ),

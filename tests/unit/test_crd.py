@@ -641,7 +641,7 @@ def test_agent_rules_are_the_job_yaml_rules() -> None:
     with pytest.raises(ValidationError, match="takes no 'execute' script"):
         AgentSpec(name="oracle", execute="bash /oracle/solve.sh")
     with pytest.raises(ValidationError, match="needs an 'execute' script"):
-        AgentSpec(name="cpe")
+        AgentSpec(name="my-cpe")
     with pytest.raises(ValidationError, match="duplicate env var 'A'"):
         AgentSpec(name="cpe", execute="x", env=[EnvVar(name="A", value="1"), EnvVar(name="A")])
     with pytest.raises(ValidationError, match="both 'value' and 'valueFrom'"):

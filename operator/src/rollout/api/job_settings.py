@@ -101,7 +101,7 @@ class AgentBase(ApiModel):
         None,
         exclude_if=lambda v: v is None,
         description="The built-in agent this one runs (`rollout agents list`); an agent named "
-        "after a built-in that does not give both install and execute is that built-in.",
+        "after a built-in that gives neither install nor execute is that built-in.",
     )
     version: AgentVersion | None = Field(
         None,
@@ -207,6 +207,16 @@ class AgentBase(ApiModel):
             headers=bool(getattr(self, "headers", None)),
             model=getattr(self, "model", None) is not None,
         )
+        if self.builtin is None and catalogue.get(self.name) is not None:
+            problems = [
+                (
+                    field,
+                    f"{problem}; add `builtin: {self.name}` to run its execute with your install",
+                )
+                if field == "execute" and self.install is not None and self.execute is None
+                else (field, problem)
+                for field, problem in problems
+            ]
         if self.builtin is None:
             problems += [
                 (field, _not_builtin(self.name, field))
@@ -269,9 +279,9 @@ class AgentBase(ApiModel):
 def _not_builtin(name: str, field: str) -> str:
     if catalogue.get(name) is not None:
         return (
-            f"{field} is a parameter of a built-in agent, and {name!r} gives its own install "
-            f"and execute, so it is not the built-in: add `builtin: {name}` to run the "
-            f"built-in with them"
+            f"{field} is a parameter of a built-in agent, and {name!r} gives a script of its "
+            f"own, so it is not the built-in: add `builtin: {name}` to run the built-in with "
+            f"your script in place of its own"
         )
     return (
         f"{field} is a parameter of a built-in agent (`rollout agents list`), and {name!r} is "

@@ -6,11 +6,12 @@ model's provider, and its install and execute scripts. `lib.sh` (bash functions 
 packages, node, Python tools, and record usage) is put before each script, so a script a user
 copies from `rollout agents show` runs as it is.
 
-How an agent becomes a built-in (`builtin_name`): `builtin: NAME` says so; else an agent whose
-name is a built-in's and that does not give both `install` and `execute` (an agent with its own
-two scripts is the user's, whatever its name), and is no endpoint or model agent. `oracle` is
-never a built-in. Its parameters reach the scripts as environment variables (`parameter_env`):
-the version, the model and the extra flags. Any field the agent gives wins over the built-in's.
+How an agent becomes a built-in (`builtin_name`): `builtin: NAME` says so; else an agent whose name
+is a built-in's and that gives neither `install` nor `execute` (an agent with a script of its own
+is the user's, whatever its name: a job written before the built-in existed keeps its meaning), and
+is no endpoint or model agent. `oracle` is never a built-in. Its parameters reach the scripts as
+environment variables (`parameter_env`): the version, the model and the extra flags. Any field the
+agent gives wins over the built-in's.
 
 Files are read when an agent names them, one at a time (a runner that runs one agent reads one).
 """
@@ -124,7 +125,7 @@ def builtin_name(
     """The built-in an agent's raw fields select (see the module docstring), or None."""
     if isinstance(builtin, str):
         return builtin
-    if not isinstance(name, str) or other_kind or (install is not None and execute is not None):
+    if not isinstance(name, str) or other_kind or install is not None or execute is not None:
         return None
     return name if get(name) is not None else None
 
