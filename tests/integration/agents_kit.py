@@ -208,6 +208,7 @@ async def run_builtin(
     *,
     environ: Mapping[str, str] | None = None,
     agent_sec: float = 30.0,
+    install_sec: float = 20.0,
     hide: tuple[str, ...] = (),
 ) -> BuiltinRun:
     """Run `agent` (a job.yaml agents entry) on the hello-offline task in a fake container with
@@ -234,6 +235,7 @@ async def run_builtin(
         execute=resolved.execute,
         env=env,
         agent_sec=agent_sec,
+        install_sec=install_sec,
         agent_fields={k: v for k, v in fields.items() if v is not None},
     )
     agent_env = resolve_agent_env(spec.agent, carried)

@@ -1,0 +1,95 @@
+"""A built-in agent's real CLI, installed by its own install script from the package registry,
+run headless by its execute script on a task, against a model server written here (an
+OpenAI-compatible chat-completions server on loopback: `chat_kit`): no model provider is called.
+
+Opt-in (`ROLLOUT_TEST_REAL_AGENTS=1`): the install downloads the agent and its dependencies
+(mini-swe-agent and litellm, about 30 s from PyPI), which the suite's other tests never do. What
+it shows that the stand-ins cannot: that the CLI takes the flags the catalogue gives it, reads
+the instruction, acts through the model's tool calls, stops, and leaves the trajectory whose
+usage the script turns into the record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from agents_kit import StandIns, requires_fake_container, run_builtin
+from chat_kit import API_KEY, chat_server, completion, tool_call, usage
+
+from rollout.storage import ObjectStore
+
+pytestmark = [
+    pytest.mark.integration,
+    requires_fake_container(),
+    pytest.mark.skipif(
+        os.environ.get("ROLLOUT_TEST_REAL_AGENTS") != "1",
+        reason="installs real agents from the package registry: set ROLLOUT_TEST_REAL_AGENTS=1",
+    ),
+]
+
+
+async def test_mini_swe_agent_solves_the_task_through_the_models_tool_calls(
+    tmp_path: Path, fast_retry_store: ObjectStore
+) -> None:
+    with chat_server() as model:
+        # mini-swe-agent 2.x acts through a `bash` tool call per step and stops on the command
+        # that prints COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT (its mini.yaml).
+        model.queue(
+            completion(
+                "I will write the file.",
+                tool_calls=[
+                    tool_call("c1", "bash", {"command": "echo 'Hello, world!' > /app/hello.txt"})
+                ],
+                usage=usage(100, 20),
+            ),
+            completion(
+                "Done.",
+                tool_calls=[
+                    tool_call(
+                        "c2", "bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}
+                    )
+                ],
+                usage=usage(150, 10),
+            ),
+        )
+        agent = {
+            "name": "mini-swe-agent",
+            "model": "openai/test-model",
+            "env": {
+                "OPENAI_API_KEY": "${OPENAI_API_KEY}",
+                "OPENAI_API_BASE": model.base_url,
+                # litellm knows no price of a test model, and must not fetch its price list.
+                "MSWEA_COST_TRACKING": "ignore_errors",
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            },
+        }
+        run = await run_builtin(
+            tmp_path,
+            fast_retry_store,
+            agent,
+            StandIns(),
+            environ={"OPENAI_API_KEY": API_KEY},
+            install_sec=300.0,
+            agent_sec=120.0,
+        )
+        seen = model.seen
+
+    result = run.report.result
+    assert result.error is None, run.report.error_text
+    assert result.reward == 1.0
+    assert result.rollout is not None
+    assert result.rollout.agent is not None
+    assert result.rollout.agent.version == run.agent.version
+    assert result.rollout.usage is not None
+    assert (result.rollout.usage.input_tokens, result.rollout.usage.output_tokens) == (250, 30)
+    trajectory = run.json("logs/agent/mini-swe-agent.traj.json")
+    assert "messages" in trajectory
+    assert "mini-swe-agent" in run.text("setup/stderr.txt")  # rollout_python_tool said so
+    requests = [r.body if isinstance(r.body, dict) else json.loads(r.body) for r in seen]
+    assert {r["model"] for r in requests} == {"test-model"}
+    assert "Create the file `/app/hello.txt`" in json.dumps(requests[0]["messages"])
+    assert all(r.headers["authorization"] == f"Bearer {API_KEY}" for r in seen)
+    assert API_KEY not in run.text("command/stdout.txt")
