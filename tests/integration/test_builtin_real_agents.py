@@ -3,7 +3,8 @@ run headless by its execute script on a task, against a model server written her
 OpenAI-compatible chat-completions server on loopback: `chat_kit`): no model provider is called.
 
 Opt-in (`ROLLOUT_TEST_REAL_AGENTS=1`): the install downloads the agent and its dependencies
-(mini-swe-agent and litellm, about 30 s from PyPI), which the suite's other tests never do. What
+(mini-swe-agent or aider, with litellm: about 30 s each from PyPI), which the suite's other
+tests never do. What
 it shows that the stand-ins cannot: that the CLI takes the flags the catalogue gives it, reads
 the instruction, acts through the model's tool calls, stops, and leaves the trajectory whose
 usage the script turns into the record.
@@ -93,3 +94,46 @@ async def test_mini_swe_agent_solves_the_task_through_the_models_tool_calls(
     assert "Create the file `/app/hello.txt`" in json.dumps(requests[0]["messages"])
     assert all(r.headers["authorization"] == f"Bearer {API_KEY}" for r in seen)
     assert API_KEY not in run.text("command/stdout.txt")
+
+
+async def test_aider_writes_the_file_the_model_gives_it(
+    tmp_path: Path, fast_retry_store: ObjectStore
+) -> None:
+    with chat_server() as model:
+        # aider's "whole" edit format (its default for a model it does not know): the file's
+        # path, then its whole content in a fence; --yes-always lets it create the file.
+        model.queue(
+            completion("hello.txt\n```\nHello, world!\n```\n", usage=usage(120, 15)),
+        )
+        agent = {
+            "name": "aider",
+            "model": "openai/test-model",
+            # The server here answers whole completions, not streams (an extra flag of aider's).
+            "flags": ["--no-stream"],
+            "env": {
+                "OPENAI_API_KEY": "${OPENAI_API_KEY}",
+                "OPENAI_API_BASE": model.base_url,
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            },
+        }
+        run = await run_builtin(
+            tmp_path,
+            fast_retry_store,
+            agent,
+            StandIns(),
+            environ={"OPENAI_API_KEY": API_KEY},
+            install_sec=300.0,
+            agent_sec=120.0,
+        )
+        seen = model.seen
+
+    result = run.report.result
+    assert result.error is None, run.report.error_text
+    assert result.reward == 1.0, run.text("command/stdout.txt")
+    assert result.rollout is not None
+    assert result.rollout.usage is not None
+    assert (result.rollout.usage.input_tokens, result.rollout.usage.output_tokens) == (120, 15)
+    assert "aider.chat.history.md" in " ".join(run.objects)
+    requests = [r.body if isinstance(r.body, dict) else json.loads(r.body) for r in seen]
+    assert {r["model"] for r in requests} == {"test-model"}
+    assert "Create the file `/app/hello.txt`" in json.dumps(requests[0]["messages"])
