@@ -235,18 +235,23 @@ def test_the_runner_starts_without_what_only_shards_and_service_agents_need() ->
     """The runner starts once per trial: its imports are part of every trial's overhead."""
     probe = (
         "import sys, rollout_runner.main; "
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith('rollout_runner'))))"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('rollout'))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     loaded = set(done.stdout.split())
     assert "rollout_runner.trial" in loaded
+    assert "rollout.api.resources.trial_resource" in loaded
     only_for_some = {
         "rollout_runner.shard",
         "rollout_runner.row",
         "rollout_runner.phases.service",
         "rollout_runner.endpoint_agent",
         "rollout_runner.model_agent",
+        # The RolloutJob's and RolloutImage's models (and job.yaml's, which the first brings).
+        "rollout.api.resources.job_resource",
+        "rollout.api.resources.image_resource",
+        "rollout.api.job",
     }
     assert loaded & only_for_some == set()
