@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-from agents_kit import StandIns, requires_fake_container, run_builtin
-from chat_kit import API_KEY, chat_server, completion, tool_call, usage
+from agents_kit import BuiltinRun, StandIns, requires_fake_container, run_builtin
+from chat_kit import API_KEY, ChatServer, chat_server, completion, tool_call, usage
 
 from rollout.storage import ObjectStore
 
@@ -30,6 +31,34 @@ pytestmark = [
         reason="installs real agents from the package registry: set ROLLOUT_TEST_REAL_AGENTS=1",
     ),
 ]
+
+
+def openai_env(model: ChatServer, **more: str) -> dict[str, str]:
+    """The agent's env for litellm against the test's server: its key from the submitter's
+    environment, its base URL, and no fetch of litellm's price list (nothing leaves the host)."""
+    return {
+        "OPENAI_API_KEY": "${OPENAI_API_KEY}",
+        "OPENAI_API_BASE": model.base_url,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        **more,
+    }
+
+
+async def run_real(tmp_path: Path, store: ObjectStore, agent: dict[str, Any]) -> BuiltinRun:
+    """`agent` installed for real (minutes allowed) and run, with the test server's key."""
+    return await run_builtin(
+        tmp_path,
+        store,
+        agent,
+        StandIns(),
+        environ={"OPENAI_API_KEY": API_KEY},
+        install_sec=300.0,
+        agent_sec=120.0,
+    )
+
+
+def requests_of(model: ChatServer) -> list[dict[str, Any]]:
+    return [r.body if isinstance(r.body, dict) else json.loads(r.body) for r in model.seen]
 
 
 async def test_mini_swe_agent_solves_the_task_through_the_models_tool_calls(
@@ -59,24 +88,11 @@ async def test_mini_swe_agent_solves_the_task_through_the_models_tool_calls(
         agent = {
             "name": "mini-swe-agent",
             "model": "openai/test-model",
-            "env": {
-                "OPENAI_API_KEY": "${OPENAI_API_KEY}",
-                "OPENAI_API_BASE": model.base_url,
-                # litellm knows no price of a test model, and must not fetch its price list.
-                "MSWEA_COST_TRACKING": "ignore_errors",
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            },
+            # mini fails a model litellm cannot price, unless told to go on.
+            "env": openai_env(model, MSWEA_COST_TRACKING="ignore_errors"),
         }
-        run = await run_builtin(
-            tmp_path,
-            fast_retry_store,
-            agent,
-            StandIns(),
-            environ={"OPENAI_API_KEY": API_KEY},
-            install_sec=300.0,
-            agent_sec=120.0,
-        )
-        seen = model.seen
+        run = await run_real(tmp_path, fast_retry_store, agent)
+        seen, requests = model.seen, requests_of(model)
 
     result = run.report.result
     assert result.error is None, run.report.error_text
@@ -89,7 +105,6 @@ async def test_mini_swe_agent_solves_the_task_through_the_models_tool_calls(
     trajectory = run.json("logs/agent/mini-swe-agent.traj.json")
     assert "messages" in trajectory
     assert "mini-swe-agent" in run.text("setup/stderr.txt")  # rollout_python_tool said so
-    requests = [r.body if isinstance(r.body, dict) else json.loads(r.body) for r in seen]
     assert {r["model"] for r in requests} == {"test-model"}
     assert "Create the file `/app/hello.txt`" in json.dumps(requests[0]["messages"])
     assert all(r.headers["authorization"] == f"Bearer {API_KEY}" for r in seen)
@@ -110,22 +125,10 @@ async def test_aider_writes_the_file_the_model_gives_it(
             "model": "openai/test-model",
             # The server here answers whole completions, not streams (an extra flag of aider's).
             "flags": ["--no-stream"],
-            "env": {
-                "OPENAI_API_KEY": "${OPENAI_API_KEY}",
-                "OPENAI_API_BASE": model.base_url,
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            },
+            "env": openai_env(model),
         }
-        run = await run_builtin(
-            tmp_path,
-            fast_retry_store,
-            agent,
-            StandIns(),
-            environ={"OPENAI_API_KEY": API_KEY},
-            install_sec=300.0,
-            agent_sec=120.0,
-        )
-        seen = model.seen
+        run = await run_real(tmp_path, fast_retry_store, agent)
+        requests = requests_of(model)
 
     result = run.report.result
     assert result.error is None, run.report.error_text
@@ -134,6 +137,5 @@ async def test_aider_writes_the_file_the_model_gives_it(
     assert result.rollout.usage is not None
     assert (result.rollout.usage.input_tokens, result.rollout.usage.output_tokens) == (120, 15)
     assert "aider.chat.history.md" in " ".join(run.objects)
-    requests = [r.body if isinstance(r.body, dict) else json.loads(r.body) for r in seen]
     assert {r["model"] for r in requests} == {"test-model"}
     assert "Create the file `/app/hello.txt`" in json.dumps(requests[0]["messages"])
