@@ -137,9 +137,11 @@ def test_usage_is_written_as_the_runner_reads_it(tmp_path: Path) -> None:
     assert (tmp_path / "logs" / "usage.json").read_text() == (
         '{"input_tokens": 1200, "output_tokens": 34, "cost_usd": 0.0123}\n'
     )
-    ran = run_library("rollout_usage 12 x", tmp_path, path)
-    assert ran.returncode == 0
-    assert "not counts" in ran.stderr
+    for wrong in ("12 x", "12", "", "'' 5"):
+        ran = run_library(f"rollout_usage {wrong}; echo went-on", tmp_path, path)
+        assert ran.returncode == 0, ran.stderr
+        assert "not counts" in ran.stderr
+        assert ran.stdout == "went-on\n"  # set -u ended nothing
     ran = run_library("rollout_usage 1 2 1e-3", tmp_path, path)
     assert "is not a number" in ran.stderr
     assert (tmp_path / "logs" / "usage.json").read_text() == (

@@ -140,15 +140,22 @@ rollout_python_tool() {
   done
 }
 
-# /logs/agent/usage.json, which the runner records in result.json's rollout.usage.
+# /logs/agent/usage.json, which the runner records in result.json's rollout.usage. Never fails
+# (under set -u a missing argument would end the script, and with it the agent's exit status).
 rollout_usage() {
-  local cost=""
-  case "$1$2" in *[!0-9]*|"") rollout_log "usage not recorded: tokens '$1' '$2' are not counts"; return 0 ;; esac
+  local cost="" input=${1:-} output=${2:-}
+  case "$input" in ''|*[!0-9]*) input="" ;; esac
+  case "$output" in ''|*[!0-9]*) output="" ;; esac
+  if [ -z "$input" ] || [ -z "$output" ]; then
+    rollout_log "usage not recorded: tokens '${1:-}' '${2:-}' are not counts"
+    return 0
+  fi
   case "${3:-}" in
     "") ;;
     *[!0-9.]*|*.*.*|.*|*.) rollout_log "cost '$3' is not a number: left out" ;;
     *) cost=", \"cost_usd\": $3" ;;
   esac
-  printf '{"input_tokens": %s, "output_tokens": %s%s}\n' "$1" "$2" "$cost" > "$AGENT_LOGS/usage.json"
+  printf '{"input_tokens": %s, "output_tokens": %s%s}\n' "$input" "$output" "$cost" \
+    > "$AGENT_LOGS/usage.json" || rollout_log "usage not recorded: $AGENT_LOGS is not writable"
 }
 # --- end of the library ---------------------------------------------------------------------------
