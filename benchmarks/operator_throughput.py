@@ -124,12 +124,15 @@ from kubeharness.resources import (  # noqa: E402
     ROLLOUT_TRIALS,
 )
 from rollout.api.dataset import load_local_dataset  # noqa: E402
-from rollout.api.layout import dataset_manifest_key, task_archive_key  # noqa: E402
+from rollout.api.job import JobDataset  # noqa: E402
+from rollout.api.layout import dataset_manifest_key  # noqa: E402
 from rollout.api.manifest import canonical_json, manifest_digest  # noqa: E402
+from rollout.cli.prepare import prepare_dataset  # noqa: E402
+from rollout.cli.publish import publish_datasets  # noqa: E402
 from rollout.controller.config import OperatorConfig  # noqa: E402
 from rollout.controller.jobexec import TRIAL_WRITERS  # noqa: E402
 from rollout.controller.pod import render_trial_pod  # noqa: E402
-from rollout.datasets.bundle import build_manifest, task_archive  # noqa: E402
+from rollout.datasets.bundle import build_manifest  # noqa: E402
 from rollout.storage import ObjectStore, StorageCredentials, StorageLocation  # noqa: E402
 from s3server import S3Server  # noqa: E402
 
@@ -244,15 +247,10 @@ def publish_dataset(store: ObjectStore, root: Path, tasks: int) -> dict[str, str
 
 def publish_task(store: ObjectStore, root: Path, image: str) -> dict[str, str]:
     """The job ratio's one trivial task on `image`, its archive and manifest in storage."""
-    task = root / "noop"
-    _write_files(task, benchmark_task(image))
-    manifest = build_manifest(load_local_dataset(root))
-    prefix = store.location.prefix
-    for entry in manifest.tasks:
-        store.put_bytes(task_archive_key(prefix, entry.content_hash), task_archive(task))
-    digest = manifest_digest(manifest)
-    store.put_bytes(dataset_manifest_key(prefix, digest), canonical_json(manifest))
-    return {"name": manifest.name, "digest": digest}
+    _write_files(root / "noop", benchmark_task(image))
+    prepared = prepare_dataset(JobDataset(path=str(root)), root.parent / "cache")
+    publish_datasets(store, [prepared])  # as `rollout publish` does
+    return {"name": prepared.dataset.name, "digest": prepared.digest}
 
 
 # --- a cluster's API ------------------------------------------------------------------------------

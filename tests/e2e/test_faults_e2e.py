@@ -51,16 +51,16 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes.client
 import kubernetes.config
 import pytest
 from kubernetes.client.exceptions import ApiException
-from test_operator_e2e import GROUP, VERSION, publish_task
+from test_operator_e2e import GROUP, VERSION, publish_task, wait_until
 
 from malformed_jobs import CASES
 from rollout.api.layout import trial_prefix
@@ -69,7 +69,6 @@ from rollout.storage import ObjectStore, storage_from_env
 
 pytestmark = pytest.mark.e2e
 
-T = TypeVar("T")
 TASK = "hello-offline"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=rollout-operator,app.kubernetes.io/component=operator"
 SMALL = {"overrideCpus": "100m", "overrideMemory": "128Mi"}
@@ -103,18 +102,6 @@ asyncio.run(main())
 
 def env_float(name: str, default: float) -> float:
     return float(os.environ.get(name) or default)
-
-
-def wait_until(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    """Poll `check` every second until it returns something, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(1.0)  # a real cluster's polling interval, not a synchronisation sleep
 
 
 def slow_agent(seconds: int) -> dict[str, Any]:

@@ -37,10 +37,10 @@ from kubernetes.client.exceptions import ApiException
 
 from loopback import free_port
 from paths import REPO
-from rollout.api.dataset import load_local_dataset
-from rollout.api.layout import dataset_manifest_key, job_result_key, task_archive_key, trial_prefix
-from rollout.api.manifest import canonical_json, manifest_digest
-from rollout.datasets.bundle import build_manifest, task_archive
+from rollout.api.job import JobDataset
+from rollout.api.layout import job_result_key, trial_prefix
+from rollout.cli.prepare import prepare_dataset
+from rollout.cli.publish import publish_datasets
 from rollout.storage import ObjectStore, storage_from_env
 
 pytestmark = pytest.mark.e2e
@@ -116,13 +116,9 @@ def publish_task(tmp_path: Path, store: ObjectStore, image: str | None) -> dict[
     if image:
         toml = task / "task.toml"
         toml.write_text(toml.read_text().replace('"debian:bookworm-slim"', json.dumps(image)))
-    manifest = build_manifest(load_local_dataset(root))
-    prefix = store.location.prefix
-    for entry in manifest.tasks:
-        store.put_bytes(task_archive_key(prefix, entry.content_hash), task_archive(task))
-    digest = manifest_digest(manifest)
-    store.put_bytes(dataset_manifest_key(prefix, digest), canonical_json(manifest))
-    return {"name": manifest.name, "digest": digest}
+    prepared = prepare_dataset(JobDataset(path=str(root)), tmp_path / "cache")
+    publish_datasets(store, [prepared])  # as `rollout publish` does
+    return {"name": prepared.dataset.name, "digest": prepared.digest}
 
 
 def delete_job_while_the_operator_runs(

@@ -98,8 +98,6 @@ class TrialRecord:
     """An endpoint agent's own evaluation of the attempt: `rollout.evaluation`."""
     usage: TokenUsage | None = None
     """The agent's tokens (a model agent's, a script agent's usage.json): `rollout.usage`."""
-    builtin: BuiltinRun | None = None
-    """The built-in agent that ran: `rollout.agent`."""
     errors: list[RecordedError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Problems that are not trial errors (say, a log file that could not be read)."""
@@ -171,8 +169,17 @@ class TrialRecord:
             self.ended_at = self.clock.now()
             self.total_sec = _seconds(self.clock.monotonic() - self._started)
 
-    def result(self, *, task: str, dataset: str, agent: str, attempt: int) -> TrialResult:
-        """The trial's result.json (cost is null: the runner cannot know what a trial cost)."""
+    def result(
+        self,
+        *,
+        task: str,
+        dataset: str,
+        agent: str,
+        attempt: int,
+        builtin: BuiltinRun | None = None,
+    ) -> TrialResult:
+        """The trial's result.json (cost is null: the runner cannot know what a trial cost);
+        `builtin`: the built-in agent it ran (`rollout.agent`), from its spec."""
         error = self.error
 
         def timing(phase: Phase) -> PhaseTiming | None:
@@ -224,7 +231,7 @@ class TrialRecord:
                 trace_id=self.trace.trace_id,
                 evaluation=self.evaluation,
                 usage=self.usage,
-                agent=self.builtin,
+                agent=builtin,
             ),
         )
 

@@ -25,7 +25,6 @@ import logging
 import shlex
 from pathlib import Path
 
-from rollout.api.additions import BuiltinRun
 from rollout.api.envrefs import INSTRUCTION_ENV_VAR
 from rollout.api.errors import ErrorType
 from rollout.api.layout import COMMAND_STDERR, COMMAND_STDOUT, SETUP_STDERR, SETUP_STDOUT
@@ -41,7 +40,6 @@ log = logging.getLogger(__name__)
 
 async def run(ctx: TrialContext) -> None:
     """Run the agent phases unless setup failed; then kill whatever the agent left running."""
-    _record_builtin(ctx)
     if ctx.record.failed or ctx.task is None:
         return
     try:
@@ -69,17 +67,7 @@ def _agent_env(ctx: TrialContext) -> dict[str, str]:
     }
 
 
-def _record_builtin(ctx: TrialContext) -> None:
-    # Which built-in ran, at which version and with which model: what repeats the run.
-    agent = ctx.spec.agent
-    if agent.builtin is not None and agent.version is not None:
-        ctx.record.builtin = BuiltinRun(
-            builtin=agent.builtin, version=agent.version, model=agent.model_name
-        )
-
-
 async def install(ctx: TrialContext) -> None:
-    _record_builtin(ctx)
     script = ctx.spec.agent.install_script
     if not script or not script.strip():
         return  # no install script: the phase does not run and its durations stay null
@@ -105,7 +93,6 @@ async def install(ctx: TrialContext) -> None:
 
 
 async def execute(ctx: TrialContext) -> None:
-    _record_builtin(ctx)
     script = ctx.spec.agent.execute_script or ""
     timeout = ctx.spec.timeouts.agent_sec
     with ctx.record.phase(Phase.AGENT_EXECUTION):

@@ -34,6 +34,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout.api.additions import BuiltinRun
 from rollout.api.layout import (
     COMMAND_STDERR,
     COMMAND_STDOUT,
@@ -43,6 +44,7 @@ from rollout.api.layout import (
     SETUP_STDERR,
     SETUP_STDOUT,
 )
+from rollout.api.resources import AgentSpec
 from rollout.api.results import TrialError, TrialResult
 from rollout.api.service_agents import AgentKind
 from rollout.storage import InvalidKey, StorageError
@@ -117,13 +119,24 @@ def trial_result(ctx: TrialContext) -> TrialResult:
     """result.json's content, its error message scrubbed of secrets."""
     spec = ctx.spec
     result = ctx.record.result(
-        task=spec.task_name, dataset=spec.dataset_name, agent=spec.agent.name, attempt=spec.attempt
+        task=spec.task_name,
+        dataset=spec.dataset_name,
+        agent=spec.agent.name,
+        attempt=spec.attempt,
+        builtin=_builtin_run(spec.agent),
     )
     if result.error is not None:
         result.error = TrialError(
             type=result.error.type, message=ctx.redactor.text(result.error.message)
         )
     return result
+
+
+def _builtin_run(agent: AgentSpec) -> BuiltinRun | None:
+    """Which built-in the trial ran, its version and model (`rollout.agent`): what repeats it."""
+    if agent.builtin is None or agent.version is None:
+        return None
+    return BuiltinRun(builtin=agent.builtin, version=agent.version, model=agent.model_name)
 
 
 def error_text(ctx: TrialContext) -> str | None:

@@ -19,7 +19,7 @@ Files are read when an agent names them, one at a time (a runner that runs one a
 from __future__ import annotations
 
 import shlex
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Final
 
@@ -78,11 +78,13 @@ class BuiltinAgent(BaseModel):
             return list(self.keys.providers[provider])
         return list(self.keys.default)
 
-    @property
+    # Made once per agent (`get` keeps each agent): every validation of a built-in's agent
+    # asks for its execute script.
+    @cached_property
     def install_script(self) -> str:
         return _script(self.install)
 
-    @property
+    @cached_property
     def execute_script(self) -> str:
         return _script(self.execute)
 
