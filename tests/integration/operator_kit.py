@@ -29,12 +29,15 @@ from kubeharness.calls import ApiCall
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
 from kubeharness.resources import GROUP, PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS, SECRETS, VERSION
-from loopback import free_port
+from loopback import free_port, healthz_answers
 from rollout.api.dataset import load_local_dataset
+from rollout.api.job import JobDataset
 from rollout.api.layout import dataset_manifest_key
 from rollout.api.manifest import canonical_json, manifest_digest
 from rollout.api.trials import enumerate_trials, trial_resource_name
 from rollout.api.wire.spec import SPEC_ENV_VAR
+from rollout.cli.prepare import prepare_dataset
+from rollout.cli.publish import publish_datasets
 from rollout.controller.config import OperatorConfig
 from rollout.controller.metrics import OperatorMetrics
 from rollout.datasets.bundle import build_manifest
@@ -93,6 +96,14 @@ def publish(store: ObjectStore, dataset_dir: Path) -> dict[str, str]:
         "application/json",
     )
     return {"name": manifest.name, "digest": digest}
+
+
+def publish_whole(store: ObjectStore, dataset_dir: Path, cache: Path) -> dict[str, str]:
+    """Publish a dataset as `rollout publish` does (its manifest and every task's archive, for
+    a runner to fetch); its spec.datasets entry."""
+    prepared = prepare_dataset(JobDataset(path=str(dataset_dir)), cache)
+    publish_datasets(store, [prepared], build_contexts=False)
+    return {"name": prepared.dataset.name, "digest": prepared.digest}
 
 
 async def create_storage_secret(
@@ -365,19 +376,7 @@ class OperatorProcess:
     async def _healthy(self) -> bool:
         if self.process is None or self.process.returncode is not None:
             raise AssertionError(f"the operator exited:\n{self.log_tail()}")
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", self._health_port)
-        except OSError:
-            return False
-        try:
-            writer.write(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            await writer.drain()
-            head = await asyncio.wait_for(reader.readline(), timeout=2)
-            return b" 200 " in head
-        except (OSError, TimeoutError):
-            return False
-        finally:
-            writer.close()
+        return await healthz_answers(self._health_port)
 
     async def kill(self) -> None:
         """SIGKILL: no handler runs, nothing is cleaned up."""

@@ -85,9 +85,9 @@ REFUSED = {
     ),
     "environment type without a bridge": Case(
         [
-            "{job}: environment.type: is 'modal': on a cluster this version runs trials as Pods "
-            "only ('docker' or 'kubernetes'); the bridge controller for external sandboxes is "
-            "not available yet"
+            "{job}: environment.type: is 'modal': the bridge controller (rollout-bridge) has no "
+            "modal provider yet; it runs 'docker' with environment.docker_host (a remote Docker "
+            "engine), and the operator runs 'docker' and 'kubernetes' as Pods"
         ],
         text=BASE + "environment:\n  type: modal\n",
     ),

@@ -518,3 +518,109 @@ async def _gone(kube: Kube, resource: str, name: str) -> bool:
 async def _peers(kube: Kube) -> dict[str, Any]:
     found = await kube.find("kopf.dev/v1/kopfpeerings", "rollout")
     return dict((found or {}).get("status", {}))
+
+
+def _bridge_trial(name: str) -> dict[str, Any]:
+    """A RolloutTrial as the operator makes one for the bridge (a Docker environment on a remote
+    engine); nothing runs it here."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RolloutTrial",
+        "metadata": {"name": name},
+        "spec": {
+            "jobName": "job",
+            "agent": {"name": "oracle"},
+            "datasetName": "set",
+            "taskName": "task",
+            "attempt": 1,
+            "image": "busybox",
+            "resources": {"cpus": "1", "memory": "1Gi", "storage": "1Gi"},
+            "timeouts": {"agentInstallSec": 1, "agentSec": 1, "verifierSec": 1, "buildSec": 1},
+            "storage": {"bucket": "bucket"},
+            "runnerImage": "runner",
+            "environmentType": "docker",
+            "dockerHost": "tcp://127.0.0.1:2375",
+        },
+    }
+
+
+async def test_the_bridge_identity_is_bound_by_the_charts_bridge_rbac(
+    kube: Kube, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`Identity.BRIDGE` gets what the chart's bridge RBAC grants and nothing more, on both
+    backends: a Secret by name but no list of them, a claim on a trial but no Pod; its requests
+    are in the request log; and the bridge's handlers start under it, serving the cluster."""
+    # Imported here: this file's tests are appended to, its import block left as it is.
+    import kubernetes.config
+
+    from kubeharness.identity import Identity
+    from kubeharness.resources import ROLLOUT_TRIALS
+    from rollout.bridge import handlers as bridge_handlers
+    from rollout.bridge.settings import BridgeSettings
+
+    await kube.apply_chart_rbac()
+    await kube.create(SECRETS, {"metadata": {"name": "agent-env"}, "data": {"KEY": "eA=="}})
+    await kube.create(ROLLOUT_TRIALS, _bridge_trial("remote"))
+    api = kubernetes.client.ApiClient(kube.client_configuration(Identity.BRIDGE))
+    core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
+    ns = kube.namespace
+    mark = kube.mark()
+
+    secret = await asyncio.to_thread(
+        core.read_namespaced_secret, "agent-env", ns, _request_timeout=5
+    )
+    assert secret.data == {"KEY": "eA=="}
+    with pytest.raises(kubernetes.client.ApiException) as listing:
+        await asyncio.to_thread(core.list_namespaced_secret, ns, _request_timeout=5)
+    assert listing.value.status == 403
+    claim = {"metadata": {"annotations": {"rollout.dev/bridge": "rollout-operator-bridge"}}}
+    await asyncio.to_thread(
+        custom.patch_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        ns,
+        "rollouttrials",
+        "remote",
+        claim,
+        _request_timeout=5,
+    )
+    trial = await kube.get(ROLLOUT_TRIALS, "remote")
+    assert trial["metadata"]["annotations"]["rollout.dev/bridge"] == "rollout-operator-bridge"
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    with pytest.raises(kubernetes.client.ApiException) as creating:
+        await asyncio.to_thread(core.create_namespaced_pod, ns, pod, _request_timeout=5)
+    assert creating.value.status == 403
+    assert await kube.find(PODS, "p") is None
+    [patched] = kube.writes(ROLLOUT_TRIALS, "remote", since=mark)
+    assert patched.body == claim  # the bridge's requests are in the log, as the operator's
+
+    # The same user through a kubeconfig and through kopf's connection.
+    kubeconfig = kube.write_kubeconfig(tmp_path / "bridge.kubeconfig", identity=Identity.BRIDGE)
+    via_kubeconfig = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+    with pytest.raises(kubernetes.client.ApiException) as listing:
+        await asyncio.to_thread(
+            kubernetes.client.CoreV1Api(via_kubeconfig).list_namespaced_secret,
+            ns,
+            _request_timeout=5,
+        )
+    assert listing.value.status == 403
+    assert kube.connection(Identity.BRIDGE).token == kube.client_configuration(
+        Identity.BRIDGE
+    ).api_key["authorization"].removeprefix("Bearer ")
+
+    # The bridge's own handlers, as the chart runs them (cluster-wide), start without an error
+    # (with no trial to run: running one needs a Docker engine).
+    await kube.delete(ROLLOUT_TRIALS, "remote")
+    memo = kopf.Memo(
+        settings=BridgeSettings(identity="rollout-operator-bridge"),
+        api_client=api,
+        environ={},
+        work_root=tmp_path,
+    )
+    caplog.set_level(logging.WARNING)
+    async with kube.operator(
+        registry=bridge_handlers.REGISTRY, identity=Identity.BRIDGE, memo=memo, clusterwide=True
+    ):
+        await kube.settle()
+    errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []

@@ -262,3 +262,21 @@ async def test_a_valid_network_policy_is_taken(kube: Kube, http: aiohttp.ClientS
     )
     got, body = await answer(http, "POST", path, policy)
     assert got == 201, body
+
+
+async def test_a_secrets_string_data_is_stored_as_data_and_never_read_back(kube: Kube) -> None:
+    """As the API server does: stringData is merged into data, base64-encoded, and dropped (a
+    reader of the Secret, such as the bridge resolving an agent's key, sees only data)."""
+    await kube.create(
+        "v1/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "mixed"},
+            "data": {"kept": "a2VwdA=="},
+            "stringData": {"plain": "text value"},
+        },
+    )
+    stored = await kube.get("v1/secrets", "mixed")
+    assert "stringData" not in stored
+    assert stored["data"] == {"kept": "a2VwdA==", "plain": "dGV4dCB2YWx1ZQ=="}

@@ -22,7 +22,7 @@ import yaml
 from kubeharness.calls import ApiCall
 from kubeharness.emulator.errors import api_error
 from kubeharness.emulator.faults import Fault
-from kubeharness.identity import RELEASE_NAMESPACES, Identity, chart_rbac
+from kubeharness.identity import CONTROLLERS, RELEASE_NAMESPACES, Identity, chart_rbac
 from kubeharness.operator_thread import RunningOperator, fast_settings
 from kubeharness.pod_status import KubeletHelpers
 from kubeharness.polling import wait_for
@@ -125,9 +125,11 @@ class Kube(KubeletHelpers, abc.ABC):
         return await self.create(NAMESPACES, {"metadata": {"name": name}})
 
     async def apply_chart_rbac(self, watch_namespaces: Sequence[str] = ()) -> Identity:
-        """Apply the chart's RBAC for the operator, cluster-wide or (with `watch_namespaces`) for
-        those namespaces only, and return the identity the operator then runs as. From then on
-        the API enforces it on that identity's requests, as a real API server does."""
+        """Apply the chart's RBAC for the operator and the bridge, cluster-wide or (with
+        `watch_namespaces`) for those namespaces only, and return the identity the operator then
+        runs as. From then on the API enforces it on the requests of the identities of that
+        release, as a real API server does: cluster-wide, the operator's and `Identity.BRIDGE`'s
+        (the namespaced release's bridge has no identity: nothing runs as it)."""
         identity = Identity.NAMESPACED_OPERATOR if watch_namespaces else Identity.OPERATOR
         release_namespace = RELEASE_NAMESPACES[identity]
         for body in [
@@ -140,7 +142,9 @@ class Kube(KubeletHelpers, abc.ABC):
             except Exception as err:  # both backends answer 409 for what exists already
                 if getattr(err, "status", None) != 409:
                     raise
-        self._enforce_rbac(identity)
+        for installed in CONTROLLERS:
+            if RELEASE_NAMESPACES[installed] == release_namespace:
+                self._enforce_rbac(installed)
         return identity
 
     @abc.abstractmethod

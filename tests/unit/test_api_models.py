@@ -60,6 +60,7 @@ def test_each_environment_type_has_one_meaning_on_a_cluster(
     assert (refusal is not None) is refused
     if refusal is not None:
         assert "bridge controller" in refusal
+        assert f"no {kind.value} provider yet" in refusal
         assert repr(kind.value) in refusal
 
 

@@ -920,7 +920,7 @@ def test_every_value_in_values_yaml_is_used_by_a_template() -> None:
     assert unused == []
 
 
-FREE_FORM = {"operator.resources", "minio.resources"}
+FREE_FORM = {"operator.resources", "minio.resources", "bridge.resources", "bridge.limits"}
 
 
 # --- NOTES.txt ------------------------------------------------------------------------------------

@@ -91,6 +91,10 @@ def test_a_job_needs_a_bucket_and_an_environment_type_that_runs_as_pods() -> Non
     assert "spec.environment.type is 'modal'" in elsewhere.message
     docker = check_job(job(environment={"type": "docker"}), default, WHERE)
     assert not isinstance(docker, Invalid)  # the task's containers, as a Pod
+    remote = check_job(
+        job(environment={"type": "docker", "dockerHost": "tcp://engine:2376"}), default, WHERE
+    )
+    assert not isinstance(remote, Invalid)  # the bridge runs them on that engine
 
 
 def test_trials_are_planned_from_the_datasets() -> None:

@@ -239,3 +239,23 @@ def test_the_status_counts_a_shards_rows_as_trials() -> None:
     assert (counts["total"], counts["finished"], counts["running"]) == (5, 3, 1)
     assert (counts["completed"], counts["failed"]) == (2, 1)
     assert status.pass_rate == pytest.approx(0.5)
+
+
+def test_a_job_on_a_remote_docker_engine_refuses_data_rows_naming_the_dataset() -> None:
+    from rollout.controller.jobspec import Invalid, plan_trials
+
+    remote = job(environment={"type": "docker", "docker_host": "tcp://engine:2376"})
+    refused = plan_trials(remote, "job", [rows_dataset("rows", 2)], STORAGE, "RolloutJob ns/job")
+    assert isinstance(refused, Invalid)
+    assert refused.message == (
+        "RolloutJob ns/job: spec.environment.dockerHost: dataset rows is a data dataset, whose "
+        "rows run as Pods only: the bridge controller does not run shards of data rows yet "
+        "(leave dockerHost out)"
+    )
+    # Task datasets run there, and rows as Pods.
+    assert not isinstance(
+        plan_trials(remote, "job", [task_dataset("tasks", "a")], STORAGE, "where"), Invalid
+    )
+    assert not isinstance(
+        plan_trials(job(), "job", [rows_dataset("rows", 2)], STORAGE, "w"), Invalid
+    )

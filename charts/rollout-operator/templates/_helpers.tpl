@@ -193,3 +193,82 @@ Usage: value: {{ include "rollout-operator.literal" .Values.storage.prefix }} (q
 {{- define "rollout-operator.literal" -}}
 {{- . | toString | replace "$" "$$" | quote -}}
 {{- end }}
+
+{{/* Where the storage credentials Secret is mounted in a container that reads it as files
+(ROLLOUT_STORAGE_CREDENTIALS_DIR). */}}
+{{- define "rollout-operator.storageCredentialsDir" -}}
+/var/run/secrets/rollout/storage
+{{- end -}}
+
+{{/* The object storage settings of a process that reads and writes the bucket itself, as env
+items (ROLLOUT_STORAGE_*): bucket, prefix, endpoint, region, path style and, when there is a
+credentials Secret, the directory it is mounted in (`storageCredentialsMount`). The same values
+as the operator's Deployment sets inline (which could include this too); the operator adds
+ROLLOUT_STORAGE_CREDENTIALS_SECRET, the Secret it gives trial Pods. */}}
+{{- define "rollout-operator.storageEnv" -}}
+- name: ROLLOUT_STORAGE_BUCKET
+  value: {{ include "rollout-operator.literal" (required "storage.bucket is required" .Values.storage.bucket) }}
+- name: ROLLOUT_STORAGE_PREFIX
+  value: {{ include "rollout-operator.literal" .Values.storage.prefix }}
+- name: ROLLOUT_STORAGE_ENDPOINT
+  value: {{ include "rollout-operator.literal" (include "rollout-operator.storageEndpoint" .) }}
+- name: ROLLOUT_STORAGE_REGION
+  value: {{ include "rollout-operator.literal" .Values.storage.region }}
+- name: ROLLOUT_STORAGE_PATH_STYLE
+  value: {{ include "rollout-operator.literal" (or .Values.storage.pathStyle .Values.minio.enabled | toString) }}
+{{- if include "rollout-operator.storageSecretName" . }}
+- name: ROLLOUT_STORAGE_CREDENTIALS_DIR
+  value: {{ include "rollout-operator.storageCredentialsDir" . }}
+{{- end }}
+{{- end -}}
+
+{{/* The volumeMounts item of the storage credentials Secret; empty without one. */}}
+{{- define "rollout-operator.storageCredentialsMount" -}}
+{{- if include "rollout-operator.storageSecretName" . -}}
+- name: storage-credentials
+  mountPath: {{ include "rollout-operator.storageCredentialsDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{/* The volumes item of the storage credentials Secret; empty without one. */}}
+{{- define "rollout-operator.storageCredentialsVolume" -}}
+{{- with include "rollout-operator.storageSecretName" . -}}
+- name: storage-credentials
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end -}}
+{{- end -}}
+
+{{/* The bridge's name: its Deployment, ServiceAccount, RBAC and its identity as a claimer of
+trials (ROLLOUT_BRIDGE_IDENTITY), which must not change across restarts. */}}
+{{- define "rollout-operator.bridgeName" -}}
+{{- include "rollout-operator.suffixed" (list . "bridge") -}}
+{{- end -}}
+
+{{/* The bridge's image: bridge.image, each field defaulting to the operator's image's. */}}
+{{- define "rollout-operator.bridgeImage" -}}
+{{- $image := .Values.bridge.image -}}
+{{- printf "%s:%s" (default .Values.image.repository $image.repository) (default (default .Chart.AppVersion .Values.image.tag) $image.tag) -}}
+{{- end -}}
+
+{{/* bridge.limits, checked, as ROLLOUT_BRIDGE_LIMITS reads it: "provider=N,..." by provider
+name. A map of provider names to whole numbers, 1 or more, at least one provider. */}}
+{{- define "rollout-operator.bridgeLimits" -}}
+{{- $limits := .Values.bridge.limits -}}
+{{- if not (and (kindIs "map" $limits) $limits) -}}
+{{- fail (printf "bridge.limits must be a map of provider name to the trials run at once, such as {docker: 16}, not %v" $limits) -}}
+{{- end -}}
+{{- $items := list -}}
+{{- range $provider, $limit := $limits -}}
+{{- if not (regexMatch "^[a-z][a-z0-9-]*$" $provider) -}}
+{{- fail (printf "bridge.limits: %v is not a provider name" $provider) -}}
+{{- end -}}
+{{- if not (and (or (kindIs "float64" $limit) (kindIs "int64" $limit) (kindIs "int" $limit)) (eq (float64 $limit) (float64 (int64 $limit))) (ge (float64 $limit) 1.0)) -}}
+{{- fail (printf "bridge.limits.%s: %v (%s) is not a whole number, 1 or more" $provider $limit (kindOf $limit)) -}}
+{{- end -}}
+{{- $items = append $items (printf "%s=%d" $provider (int64 $limit)) -}}
+{{- end -}}
+{{- join "," $items -}}
+{{- end -}}

@@ -14,7 +14,6 @@ import asyncio
 import itertools
 import logging
 import os
-import re
 import secrets
 import shlex
 import shutil
@@ -46,11 +45,17 @@ from rollout_runner.shim_requests import (
     wake_shim,
     write_request,
 )
+from rollout_runner.transfer import (
+    USER_NAME,
+    after_prepare,
+    check_container_path,
+    check_put,
+    check_transfer,
+    unstage,
+)
 
 log = logging.getLogger(__name__)
 
-# A user name as useradd and busybox adduser accept it; never an option for su.
-_USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?\Z")
 # Polling for the shim's answer: every few ms while most commands finish, then gently.
 _POLL_FIRST_SEC = 0.001
 _POLL_FAST_MAX_SEC = 0.01
@@ -184,7 +189,7 @@ class ShimEnvironment(Environment):
                 "and run that"
             )
         if user is not None:
-            if not _USER_NAME.match(user):
+            if not USER_NAME.match(user):
                 raise ValueError(f"user must be a user name, got {user!r}")
             files[shim.USER_FILE] = user.encode() + b"\n"
         if cwd is not None:
@@ -246,9 +251,7 @@ class ShimEnvironment(Environment):
         owner: str | None = None,
         prepare: str | None = None,
     ) -> None:
-        _check_container_path(container_path)
-        if owner is not None and not _USER_NAME.match(owner):
-            raise ValueError(f"owner must be a user name, got {owner!r}")
+        check_put(container_path, owner)
         info = self._require_info()
         transfer_id = self._new_id()
         staging = self._transfers / transfer_id
@@ -267,15 +270,15 @@ class ShimEnvironment(Environment):
             if owner is not None:
                 copy += f" && chown -R {shlex.quote(owner)} {destination}"
             if prepare is not None:
-                copy = _after(prepare, copy)
+                copy = after_prepare(prepare, copy)
             result = await self.run(copy, timeout_sec=self.transfer_timeout_sec)
         finally:
             await asyncio.to_thread(shutil.rmtree, staging, True)
         what = f"copying {local_path} to {container_path} in the environment"
-        _check_transfer(result, f"preparing for and {what}" if prepare is not None else what)
+        check_transfer(result, f"preparing for and {what}" if prepare is not None else what)
 
     async def get_files(self, container_path: str, local_path: Path) -> None:
-        _check_container_path(container_path)
+        check_container_path(container_path)
         info = self._require_info()
         transfer_id = self._new_id()
         staging = self._transfers / transfer_id
@@ -287,8 +290,8 @@ class ShimEnvironment(Environment):
                 f"cp -RP {shlex.quote(container_path)} {shlex.quote(target)}",
                 timeout_sec=self.transfer_timeout_sec,
             )
-            _check_transfer(result, f"copying {container_path} out of the environment")
-            await asyncio.to_thread(_unstage, staging / "data", local_path)
+            check_transfer(result, f"copying {container_path} out of the environment")
+            await asyncio.to_thread(unstage, staging / "data", local_path)
         finally:
             await asyncio.to_thread(shutil.rmtree, staging, True)
 
@@ -441,31 +444,3 @@ def _stage(local_path: Path, staged: Path) -> bool:
         raise FileTransferError(f"{local_path} is neither a file nor a directory")
     shutil.copy2(local_path, staged)
     return False
-
-
-def _unstage(staged: Path, local_path: Path) -> None:
-    if staged.is_dir() and not staged.is_symlink():
-        shutil.copytree(staged, local_path, symlinks=True, dirs_exist_ok=True)
-    else:
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(staged, local_path, follow_symlinks=False)
-
-
-def _after(prepare: str, command: str) -> str:
-    """`command`, run once the script `prepare` succeeded. `prepare` runs in a subshell of its
-    own, never on the left of `&&` or `||`, where sh would ignore a `set -e` of its."""
-    return f"(\n{prepare}\n)\nr=$?; [ $r -eq 0 ] || exit $r\n{command}"
-
-
-def _check_container_path(container_path: str) -> None:
-    # Absolute, so that no path reads as an option of mkdir, cp or chown.
-    if not container_path.startswith("/") or "\0" in container_path:
-        raise ValueError(f"container_path must be an absolute path, got {container_path!r}")
-
-
-def _check_transfer(result: ExecResult, what: str) -> None:
-    if result.timed_out:
-        raise FileTransferError(f"{what} timed out after {result.duration_sec:.0f}s")
-    if result.exit_code != 0:
-        detail = result.stderr.decode(errors="replace").strip()
-        raise FileTransferError(f"{what} failed (exit code {result.exit_code}): {detail}")

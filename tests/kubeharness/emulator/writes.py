@@ -5,6 +5,7 @@ pruning by the CRD's schema.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import secrets
@@ -31,6 +32,7 @@ from kubeharness.resources import (
     CRDS,
     NAMESPACES,
     PODS,
+    SECRETS,
     Body,
     api_version,
     body_meta,
@@ -393,7 +395,13 @@ class ObjectWrites:
 
     def _normalised(self, resource: kmock.resource, body: Body) -> Body:
         """The body as the API server stores it: for a custom resource, its numbers decoded,
-        unknown fields pruned, nulls dropped and defaults applied by its schema."""
+        unknown fields pruned, nulls dropped and defaults applied by its schema; a Secret's
+        stringData merged into its data, base64-encoded (stringData is write-only)."""
+        if resource_name(resource) == SECRETS and "stringData" in body:
+            body = dict(body)
+            plain = body.pop("stringData") or {}
+            encoded = {k: base64.b64encode(str(v).encode()).decode() for k, v in plain.items()}
+            body["data"] = {**(body.get("data") or {}), **encoded}
         schema = self._schemas.get(resource, Schema()).openapi
         if schema is not None:
             kept: Body = {k: body[k] for k in ("apiVersion", "kind", "metadata") if k in body}

@@ -14,14 +14,16 @@ One control plane serves the whole session; every test gets a namespace of its o
 authenticate with static tokens (`--token-auth-file`) and RBAC is on:
 
 - the harness (`rollout-harness`, system:masters) makes the test's own requests;
-- the operator runs as the chart's ServiceAccount (a token for its user name), with exactly the
-  RBAC objects the chart renders, so that a call the chart does not allow fails the test;
+- the operator and the bridge run as the chart's ServiceAccounts (a token for each user name),
+  with exactly the RBAC objects the chart renders (cluster-wide, with the bridge enabled), so
+  that a call the chart does not allow fails the test;
 - a user (`rollout-user`, system:masters) runs the CLI;
 - kube-controller-manager has a token of its own.
 
-The request log (`calls()`) comes from the API server's audit log (JSON lines): the operator's and
-the user's requests, writes with their bodies. A barrier request makes sure that everything
-answered before `calls()` was called is in the log.
+The request log (`calls()`) comes from the API server's audit log (JSON lines): the controllers'
+(operators' and bridge's) and the user's requests, writes with their bodies, as the emulator logs
+every request it serves. A barrier request makes sure that everything answered before `calls()`
+was called is in the log.
 
 plane.py starts it, kube.py is a test's `RealKube`; client.py, audit.py and certificates.py serve
 them.

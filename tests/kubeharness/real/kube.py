@@ -36,7 +36,7 @@ class RealKube(Kube):
         self.namespace = namespace
         self.operators: builtins.list[RunningOperator] = []
         self.extra_namespaces: builtins.list[str] = []
-        self.audit = AuditLog(plane.audit_log, [*plane.operator_users, CLI_USER])
+        self.audit = AuditLog(plane.audit_log, [*plane.controller_users, CLI_USER])
         self._sync_client = plane.client()
         self._base = 0
         self._sync()

@@ -18,7 +18,13 @@ from pathlib import Path
 import yaml
 
 from kubeharness.crds import crd_manifests
-from kubeharness.identity import RELEASE_NAMESPACES, Identity, chart_rbac, operator_user
+from kubeharness.identity import (
+    CONTROLLERS,
+    RELEASE_NAMESPACES,
+    Identity,
+    chart_rbac,
+    operator_user,
+)
 from kubeharness.real.certificates import write_certificates
 from kubeharness.real.client import ApiError, SyncClient, create, install_crd
 from kubeharness.resources import CRDS_DIR, NAMESPACES, Body, resource_path_of
@@ -127,8 +133,10 @@ class ControlPlane:
         return self.tokens[operator_user(identity).name]
 
     @property
-    def operator_users(self) -> list[str]:
-        return [operator_user(i).name for i in (Identity.OPERATOR, Identity.NAMESPACED_OPERATOR)]
+    def controller_users(self) -> list[str]:
+        """The users of the controllers (the operators' and the bridge's), whose requests the
+        request log holds beside the CLI's."""
+        return [operator_user(identity).name for identity in CONTROLLERS]
 
     def next_namespace(self) -> str:
         return f"t{next(self._namespaces):03d}"  # short: the CLI prints it in tables
@@ -143,7 +151,7 @@ class ControlPlane:
             CLI_USER: "system:masters",
             CONTROLLER_MANAGER_USER: "system:masters",
         }
-        for identity in (Identity.OPERATOR, Identity.NAMESPACED_OPERATOR):
+        for identity in CONTROLLERS:
             user = operator_user(identity)
             users[user.name] = ",".join(user.groups)
         rbac = chart_rbac(RELEASE_NAMESPACES[Identity.OPERATOR])
@@ -267,9 +275,10 @@ class ControlPlane:
         )
 
     def _bootstrap(self, rbac: Iterable[Body]) -> None:
-        """The chart's RBAC for the operator, the rollout CRDs, and the test's Node."""
+        """The chart's cluster-wide RBAC (the operator's and the bridge's), the rollout CRDs, and
+        the test's Node."""
         client = self.client()
-        for namespace in RELEASE_NAMESPACES.values():
+        for namespace in dict.fromkeys(RELEASE_NAMESPACES.values()):
             create(client, NAMESPACES, {"metadata": {"name": namespace}})
         for obj in rbac:
             create(client, resource_path_of(obj), obj)

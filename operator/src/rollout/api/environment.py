@@ -7,8 +7,10 @@ types"), decided here and nowhere else:
 - `docker`: containers of the task's image. job.yaml's default, as in the seed. On a cluster
   these containers are the trial's Pod: the CLI submits the job as `kubernetes` (and says so
   once), and the operator runs a RolloutJob of type `docker` as Pods too.
-- `modal`, `daytona`, `e2b`: provider sandboxes through a bridge controller, which this version
-  does not have: a job of these types is refused, saying so.
+  With `docker_host` set, a remote Docker engine instead: on a cluster, the bridge controller
+  (`rollout-bridge`) runs each trial there, and the type stays `docker`.
+- `modal`, `daytona`, `e2b`: provider sandboxes through the bridge controller, which has no
+  provider for them yet: a job of these types is refused, saying so.
 - `local`: the host sandbox of local mode (`rollout run --local`): the trial runs on this
   machine in namespaces of its own, the task's docker_image ignored. Refused on a cluster.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     Field,
@@ -34,7 +36,12 @@ from pydantic import (
 
 from rollout.api.base import ApiModel, reading_a_file
 from rollout.api.quantity import IntOrQuantity
-from rollout.api.rules import check_bytes_override, check_cpus_override, quantity_as_written
+from rollout.api.rules import (
+    check_bytes_override,
+    check_cpus_override,
+    matching_pattern,
+    quantity_as_written,
+)
 
 
 class EnvironmentType(StrEnum):
@@ -75,9 +82,17 @@ class EnvironmentType(StrEnum):
                 "--local`, never on a cluster; use 'docker' or 'kubernetes' there"
             )
         return (
-            f"{self.value!r}: on a cluster this version runs trials as Pods only ('docker' or "
-            "'kubernetes'); the bridge controller for external sandboxes is not available yet"
+            f"{self.value!r}: the bridge controller (rollout-bridge) has no {self.value} "
+            "provider yet; it runs 'docker' with environment.docker_host (a remote Docker "
+            "engine), and the operator runs 'docker' and 'kubernetes' as Pods"
         )
+
+    @property
+    def runs_on_bridge(self) -> bool:
+        """A RolloutTrial of this type is the bridge controller's, not a Pod. A trial's type is
+        its job's as the cluster runs it (`EnvironmentSettings.cluster_type`): `docker` only
+        with a remote engine (`docker_host`), since without one it is `kubernetes` there."""
+        return self not in (EnvironmentType.KUBERNETES, EnvironmentType.LOCAL)
 
     def refusal_locally(self) -> str | None:
         """Why `rollout run --local` cannot run a job of this type, or None when it can."""
@@ -89,12 +104,27 @@ class EnvironmentType(StrEnum):
                 "Docker-compatible engine) or 'local' (the host sandbox)"
             )
         return (
-            f"{self.value!r}: provider sandboxes run through the bridge controller, which is "
-            "not available yet; with --local use 'docker' or 'local'"
+            f"{self.value!r}: provider sandboxes run on a cluster, through the bridge "
+            "controller; with --local use 'docker' or 'local'"
         )
 
 
 ALIASES: Mapping[str, EnvironmentType] = {"k8s": EnvironmentType.KUBERNETES}
+
+BRIDGE_ROWS = (
+    "dataset {name} is a data dataset, whose rows run as Pods only: the bridge controller does "
+    "not run shards of data rows yet (leave {field} out)"
+)
+"""Why a job on a remote Docker engine cannot have a data dataset (the CLI and the operator)."""
+
+DOCKER_HOST_PATTERN = r"^(tcp|ssh)://[^\s/@]+(@[^\s/@]+)?(:[0-9]+)?/?$"
+DockerHost = Annotated[
+    str,
+    matching_pattern(DOCKER_HOST_PATTERN, "tcp://HOST:PORT or ssh://USER@HOST[:PORT]"),
+    Field(json_schema_extra={"pattern": DOCKER_HOST_PATTERN}, max_length=253),
+]
+"""A remote Docker engine's address as docker-py takes it: the Engine API over TCP (TLS from
+the bridge's settings) or over SSH. A unix socket would be the bridge Pod's own: not remote."""
 
 
 class EnvironmentSettings(ApiModel):
@@ -116,6 +146,13 @@ class EnvironmentSettings(ApiModel):
         False,
         strict=True,
         description="Keep each trial's environment (its Pod) after the trial ends.",
+    )
+    docker_host: DockerHost | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="type docker only: the address of a remote Docker engine (tcp://HOST:PORT, "
+        "with TLS from the bridge's settings, or ssh://USER@HOST) where the bridge controller "
+        "runs each trial's container, instead of a Pod.",
     )
     override_cpus: IntOrQuantity | None = Field(
         None, description="If set, replaces every task's environment.cpus."
@@ -168,9 +205,52 @@ class EnvironmentSettings(ApiModel):
     def _check_bytes(cls, value: int | str | None) -> int | str | None:
         return check_bytes_override(value)
 
+    @model_validator(mode="after")
+    def _docker_host_for_docker(self) -> EnvironmentSettings:
+        if self.docker_host is not None and self.type is not EnvironmentType.DOCKER:
+            raise ValueError(
+                f"docker_host is a remote Docker engine: it applies to type 'docker' only, "
+                f"not {self.type.value!r}"
+            )
+        return self
+
+    @property
+    def cluster_type(self) -> EnvironmentType:
+        """The type a cluster runs these settings as: `docker` is `kubernetes` there (the same
+        containers, as a Pod), unless `docker_host` names a remote engine (the bridge's)."""
+        if self.docker_host is not None:
+            return self.type
+        return self.type.on_cluster()
+
+    @property
+    def runs_on_bridge(self) -> bool:
+        """On a cluster, the bridge controller runs this job's trials."""
+        return self.cluster_type.runs_on_bridge
+
     def on_cluster(self) -> EnvironmentSettings:
-        """These settings as a cluster runs them (`EnvironmentType.on_cluster`)."""
-        return self.model_copy(update={"type": self.type.on_cluster()})
+        """These settings as a cluster runs them (`cluster_type`)."""
+        return self.model_copy(update={"type": self.cluster_type})
+
+    def refusal_on_cluster(self) -> str | None:
+        """Why a cluster cannot run a job with these settings, or None when it can (the
+        remote Docker engine of `docker_host` is the bridge's)."""
+        if self.docker_host is not None:
+            return None
+        return self.type.refusal_on_cluster()
+
+    def refusal_locally(self) -> str | None:
+        """Why `rollout run --local` cannot run a job with these settings, or None."""
+        if self.docker_host is not None:
+            return (
+                "a remote Docker engine, which a cluster's bridge controller runs trials on; "
+                "--local runs containers on this machine's engine (DOCKER_HOST): leave "
+                "docker_host out"
+            )
+        return self.type.refusal_locally()
+
+    def refused_field(self, *, local: bool) -> str:
+        """The job.yaml field a refusal (`refusal_locally`, `refusal_on_cluster`) is about."""
+        return "environment.docker_host" if local and self.docker_host else "environment.type"
 
 
 class ClusterEnvironmentSettings(EnvironmentSettings):
@@ -179,8 +259,9 @@ class ClusterEnvironmentSettings(EnvironmentSettings):
     type: EnvironmentType = Field(
         EnvironmentType.KUBERNETES,
         description="kubernetes runs each trial in a Pod, and so does docker (the same "
-        "containers; the rollout CLI submits job.yaml's docker as kubernetes). modal, daytona "
-        "and e2b are kept for a bridge controller that does not exist yet: a job of those types "
-        "is refused (condition Valid=False), and so is local (the host sandbox of `rollout run "
+        "containers; the rollout CLI submits job.yaml's docker as kubernetes), unless dockerHost "
+        "names a remote Docker engine: the bridge controller (rollout-bridge) runs the trials "
+        "there. modal, daytona and e2b have no bridge provider yet: a job of those types is "
+        "refused (condition Valid=False), and so is local (the host sandbox of `rollout run "
         "--local`, never a cluster's).",
     )

@@ -93,7 +93,11 @@ def trial_spec(
     agent = next(a for a in spec.agents if a.name == planned.key.agent)
     return RolloutTrialSpec(
         job_name=job.job_name,
-        environment_type=spec.environment.type.on_cluster(),
+        environment_type=spec.environment.cluster_type,
+        docker_host=spec.environment.docker_host,
+        # The bridge's provider builds the image where it runs (the cluster's builds are Pods').
+        force_build=spec.environment.force_build and spec.environment.runs_on_bridge,
+        max_infra_retries=spec.max_infra_retries if spec.environment.runs_on_bridge else None,
         agent=agent,
         dataset_name=planned.key.dataset,
         task_name=planned.key.task,

@@ -17,8 +17,9 @@ job with `--strict`) and for `rollout validate`.
 
 `environment.type: docker` (job.yaml's default) means "run it in containers"; submitted to a
 cluster that is a Pod per trial, so it becomes `kubernetes` here (in the RolloutJob; the job's
-config.json keeps the file as written, docker included). Other types (modal, daytona,
-e2b) are refused: the bridge controller that will run them does not exist yet.
+config.json keeps the file as written, docker included), unless `environment.docker_host`
+names a remote engine, which the bridge controller runs the trials on. Other types (modal,
+daytona, e2b) are refused: the bridge has no provider for them yet.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from rollout.api.dataset import (
     find_registry_dataset,
     load_dataset_path,
 )
-from rollout.api.environment import EnvironmentType
+from rollout.api.environment import BRIDGE_ROWS, EnvironmentType
 from rollout.api.envrefs import resolve_agent_env, resolve_task_env
 from rollout.api.errors import InvalidInput, Problem
 from rollout.api.images import ImageSource, image_source, needs_build
@@ -194,9 +195,9 @@ def check_job(
     job = read.job
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    env_type = job.environment.type
-    if refusal := env_type.refusal_locally() if local else env_type.refusal_on_cluster():
-        problems.append(Problem(str(path), "environment.type", f"is {refusal}"))
+    environment = job.environment
+    if refusal := environment.refusal_locally() if local else environment.refusal_on_cluster():
+        problems.append(Problem(str(path), environment.refused_field(local=local), f"is {refusal}"))
     if env_values is not EnvValues.UNUSED:
         try:
             resolve_agent_env(job, environ, file=path)
@@ -251,6 +252,7 @@ def prepare_job(
         not local
         and "type" in job.environment.model_fields_set
         and job.environment.type is EnvironmentType.DOCKER
+        and job.environment.docker_host is None
     )
     if not local:
         job = job.model_copy(update={"environment": job.environment.on_cluster()})
@@ -265,11 +267,15 @@ def prepare_job(
 
 
 def data_problems(path: Path, job: JobConfig, datasets: Sequence[Dataset | None]) -> list[Problem]:
-    """What stops a job's data datasets: llm_judgement without its evaluator's settings."""
+    """What stops a job's data datasets: llm_judgement without its evaluator's settings, or a
+    remote Docker engine (the bridge does not run rows)."""
     problems: list[Problem] = []
     for index, dataset in enumerate(datasets):
         if dataset is None or dataset.rows is None:
             continue
+        if job.environment.docker_host is not None:
+            refusal = BRIDGE_ROWS.format(name=dataset.name, field="docker_host")
+            problems.append(Problem(str(path), f"datasets[{index}]", refusal))
         verifier = dataset.rows.verifier.under(job.evaluation_metric)
         if verifier.metric is not Metric.LLM_JUDGEMENT:
             continue

@@ -16,7 +16,8 @@ to results on disk.
    the Secret's owner, so deleting the job deletes the Secret. When the RolloutJob cannot be
    created, the Secret and config.json are removed again.
    `environment.type: docker` (job.yaml's default) means the cluster runs each trial as a Pod:
-   it is submitted as `kubernetes` (config.json keeps the file's docker).
+   it is submitted as `kubernetes` (config.json keeps the file's docker), unless
+   `environment.docker_host` names a remote engine, which the bridge controller runs it on.
 4. Follow the job as its status changes: trials done of total, running, errors, pass rate and
    each metric the job configures.
 5. Download the results into `<jobs_dir>/<job>/` (jobs_dir from job.yaml, relative to this
@@ -71,8 +72,10 @@ from rollout.storage import ObjectStore, StorageError
 
 EPILOG = """\
 environment.type: docker (job.yaml's default) runs each trial as a Pod in the cluster, the
-same as kubernetes. modal, daytona and e2b are not available yet (a bridge controller will run
-them): such a job is refused before anything is created.
+same as kubernetes; with environment.docker_host (tcp://HOST:PORT or ssh://USER@HOST), the
+cluster's bridge controller (rollout-bridge) runs each trial's container on that remote Docker
+engine instead. modal, daytona and e2b have no bridge provider yet: such a job is refused
+before anything is created.
 
 With --local the job runs on this machine instead: environment.type docker in containers of a
 local Docker-compatible engine (DOCKER_HOST respected; Podman's API service works too), local in

@@ -203,6 +203,8 @@ class CreateTrial:
 
     @property
     def creates_pod(self) -> bool:
+        if self.made_from.job.spec.environment.runs_on_bridge:
+            return False  # a bridge runs it, in a sandbox of its own
         return self.failed is None and (self.build is None or self.image is not None)
 
     @property
@@ -370,13 +372,14 @@ def cancelled_records(
     spec: JobSpec, trials: Mapping[str, TrialEntry], now: datetime, prices: UnitPrices | None
 ) -> list[OperatorRecord | None]:
     """The records of a deleted job's trials that no runner will write: those whose runner has
-    not started (a running runner is stopped with its Pod and writes its own)."""
+    not started (a running runner is stopped with its Pod, or by the bridge that claimed the
+    trial, and writes its own)."""
     if not isinstance(spec, Planned):
         return []
     place = TrialPlace(spec.storage, spec.job.job_name)
     records: list[OperatorRecord | None] = []
     for trial in trials.values():
-        if not trial.runs_in_pod or trial.finished or trial.phase == TrialPhase.RUNNING:
+        if trial.finished or trial.phase == TrialPhase.RUNNING:
             continue
         if trial.shard:
             planned = spec.plan.by_name.get(trial.name)
@@ -601,6 +604,8 @@ def _at_creation(
     cost = trial_cost(None, None, config.unit_prices, now=view.now)  # nothing ran: 0 with prices
     if (error := task_error(trial)) is not None:
         return fail_trial(trial.key, place, error.type, error.message, view.now, cost=cost), None
+    if job.spec.environment.runs_on_bridge:
+        return None, None  # the bridge's provider pulls or builds the image where it runs
     plan = plan_image(
         trial,
         force_build=job.spec.environment.force_build,

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rollout.api.environment import BRIDGE_ROWS
 from rollout.api.plan import JobPlan, ResolvedDataset, TooManyTrials, pick_tasks, plan_job
 from rollout.api.problems import validation_problems
 from rollout.api.resources import JobConditionReason, RolloutJob, RolloutJobStatus, StorageSpec
@@ -98,8 +99,8 @@ def check_job(
     job: RolloutJob, default_storage: StorageSpec | None, where: str
 ) -> StorageSpec | Invalid:
     """The storage to read the job's datasets from, unless the job cannot run here at all."""
-    if refusal := job.spec.environment.type.refusal_on_cluster():
-        # Its trials would wait forever for a bridge controller that does not exist yet.
+    if refusal := job.spec.environment.refusal_on_cluster():
+        # Its trials would wait forever for a provider no bridge controller has.
         return Invalid(
             JobConditionReason.UNSUPPORTED_ENVIRONMENT,
             f"{where}: spec.environment.type is {refusal}",
@@ -138,8 +139,12 @@ def plan_trials(
 
 
 def _row_problem(job: RolloutJob, plan: JobPlan) -> str | None:
-    """What keeps the job's data rows from being scored (llm_judgement without its settings)."""
+    """What keeps the job's data rows from being scored (llm_judgement without its settings), or
+    from running at all (on the bridge, which does not run shards of rows yet)."""
     for shard in plan.shards:
+        if job.spec.environment.runs_on_bridge:
+            refusal = BRIDGE_ROWS.format(name=shard.key.dataset, field="dockerHost")
+            return f"spec.environment.dockerHost: {refusal}"
         if problem := evaluator_problem(job, row_verifier(job, shard)):
             return f"dataset {shard.key.dataset}: {problem}"
     return None

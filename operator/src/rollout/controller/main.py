@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import socket
 import sys
@@ -26,10 +25,9 @@ import kopf
 from prometheus_client import start_http_server
 
 from rollout.api.errors import InvalidInput
-from rollout.controller import handlers
+from rollout.controller import handlers, logconfig
 from rollout.controller.config import OperatorConfig, add_arguments, from_args
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ENV_POD_NAME = "POD_NAME"
 
 
@@ -43,16 +41,7 @@ def parse_config(argv: Sequence[str] | None = None) -> OperatorConfig:
 
 
 def configure_logging(config: OperatorConfig) -> None:
-    level = getattr(logging, config.log_level.value.upper(), logging.INFO)
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
-    # kopf logs every handler call on every object at INFO ("Handler 'x' succeeded."): once per
-    # event of every trial and Pod. Those only when asked for debug; kopf's own news stays.
-    logging.getLogger("kopf").setLevel(level)
-    per_object = logging.NOTSET if level <= logging.DEBUG else max(level, logging.WARNING)
-    logging.getLogger("kopf.objects").setLevel(per_object)
-    logging.getLogger("aiohttp.access").setLevel(max(level, logging.WARNING))  # /healthz probes
-    logging.getLogger("botocore").setLevel(max(level, logging.WARNING))
-    logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
+    logconfig.configure_logging(config.log_level)
 
 
 def operator_identity(environ: Mapping[str, str] | None = None) -> str:

@@ -44,6 +44,8 @@ class TrialPlace:
 
     storage: StorageSpec
     job_name: str
+    written_by: str = WRITTEN_BY_OPERATOR
+    """error.txt's note on who wrote a record there (the bridge's records say so)."""
 
     def prefix(self, trial: TrialKey) -> str:
         """`<prefix>/jobs/<job>/<agent>/<dataset>/<task>__<n>/`."""
@@ -188,5 +190,5 @@ def error_text(
     if tries > 1:
         details.append(f"Tries: {tries} (the earlier ones' files are under retries/)")
     return record_error_text(
-        place.job_name, trial, error, details=details, notes=notes, written_by=WRITTEN_BY_OPERATOR
+        place.job_name, trial, error, details=details, notes=notes, written_by=place.written_by
     )

@@ -10,7 +10,8 @@ given those directories (`SandboxPaths`), so it drives the container as it drive
 
 Binding host directories is why the engine must run on this machine: an engine elsewhere
 (DOCKER_HOST `ssh://`, or `tcp://` to another host) would bind directories of its own machine.
-Such engines are refused here; they are for the bridge (not available yet). A `unix://` socket
+Such engines are refused here; on a cluster, the bridge controller runs trials on one
+(`environment.docker_host`). A `unix://` socket
 and `tcp://` to a loopback address are this machine's. Podman's Docker-compatible API service is
 an engine like Docker's.
 
@@ -92,7 +93,8 @@ def remote_engine_reason(address: str) -> str | None:
     return (
         f"DOCKER_HOST is {address}, an engine on another machine: local mode binds this "
         "machine's directories into the trial's container, which a remote engine cannot do. "
-        "Remote engines are for the bridge, which is not available yet. Point DOCKER_HOST at "
+        "A remote engine is for a cluster's bridge controller (environment.docker_host). Point "
+        "DOCKER_HOST at "
         "this machine's engine (a unix:// socket, or tcp:// to 127.0.0.1), or use "
         "environment.type: local to run the trials on this host without an engine."
     )
@@ -248,16 +250,25 @@ def container_request(
     )
     labels = trial_labels(spec.job_name, key, trial)
     labels[LABEL_COMPONENT] = LOCAL_ENVIRONMENT_COMPONENT
-    memory = _whole(parse_quantity(spec.resources.memory))
-    request: dict[str, Any] = {
-        "image": image,
-        "name": name,
+    return {
+        **container_settings(spec, image, name=name),
         "entrypoint": shim_command(CONTROL_DIR),
         "labels": labels,
         "volumes": {
             str(paths.control_dir): {"bind": CONTROL_DIR, "mode": BIND_MODE},
             str(paths.logs_dir): {"bind": LOGS_DIR, "mode": BIND_MODE},
         },
+    }
+
+
+def container_settings(spec: RolloutTrialSpec, image: str, *, name: str) -> dict[str, Any]:
+    """What every trial container of an engine has, whatever its first process (local mode's
+    shim, the bridge's keep-alive): the image, the task's resources and working directory, and
+    nothing more (no env, no privileges, no init process)."""
+    memory = _whole(parse_quantity(spec.resources.memory))
+    request: dict[str, Any] = {
+        "image": image,
+        "name": name,
         "nano_cpus": _whole(parse_quantity(spec.resources.cpus) * 1_000_000_000),
         "mem_limit": memory,
         "memswap_limit": memory,

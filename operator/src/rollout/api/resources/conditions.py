@@ -78,6 +78,8 @@ class TrialConditionType(StrEnum):
     """Condition types of a RolloutTrial."""
 
     POD_READY = "PodReady"
+    CLAIMED = "Claimed"
+    """A bridge controller runs the trial (environment types other than kubernetes)."""
     COMPLETE = "Complete"
     FAILED = "Failed"
 
@@ -96,6 +98,8 @@ class TrialConditionReason(StrEnum):
     INFRA_RETRIES_EXHAUSTED = "InfraRetriesExhausted"
     RUNNER_FINISHED = "RunnerFinished"
     TRIAL_ERROR = "TrialError"
+    BRIDGE_CLAIMED = "BridgeClaimed"
+    SANDBOX_LOST = "SandboxLost"
 
 
 class Condition(ApiModel):

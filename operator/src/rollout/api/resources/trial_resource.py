@@ -24,7 +24,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from rollout.api.base import ApiModel
-from rollout.api.environment import EnvironmentType
+from rollout.api.environment import DockerHost, EnvironmentType
 from rollout.api.failures import FailureClass
 from rollout.api.job_settings import LogLevel
 from rollout.api.network import TrialEgress
@@ -87,8 +87,26 @@ class RolloutTrialSpec(ApiModel):
     job_name: JobName = Field(description="The job's name (spec.jobName of the RolloutJob).")
     environment_type: EnvironmentType = Field(
         EnvironmentType.KUBERNETES,
-        description="kubernetes: the operator runs a Pod. Other types are kept for a bridge "
-        "controller that does not exist yet.",
+        description="kubernetes: the operator runs a Pod. docker (with dockerHost) and the "
+        "provider types: the bridge controller (rollout-bridge) runs the trial.",
+    )
+    docker_host: DockerHost | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="type docker: the remote Docker engine the bridge runs the trial on.",
+    )
+    force_build: bool = Field(
+        False,
+        exclude_if=lambda v: v is False,
+        description="A bridge trial: build the image from the task's environment/ even when the "
+        "task names one (the job's environment.force_build).",
+    )
+    max_infra_retries: int | None = Field(
+        None,
+        ge=0,
+        exclude_if=lambda v: v is None,
+        description="A bridge trial: times it runs again after its sandbox or its bridge was "
+        "lost (the job's maxInfraRetries; the operator reads the job's own for a Pod).",
     )
     agent: AgentSpec = Field(description="The agent, with its env.")
     dataset_name: DatasetName = Field(description="Dataset the task belongs to.")

@@ -1,0 +1,80 @@
+"""The bridge's kopf handlers, in a registry of their own (`REGISTRY`).
+
+Its own registry, not kopf's default: a process (a test, an embedder) may run the operator and
+a bridge side by side, and each must run only its own handlers.
+
+- login: kopf's own login through the kubernetes client (a registry of one's own has none);
+- startup: settings (standalone: one bridge identity runs as one Pod, and claims, not peering,
+  keep two bridges off one trial) and the `Bridge` in the memo;
+- `on.event` for RolloutTrials whose environment is not a Pod: every event goes to
+  `Bridge.observe`. Like the operator's, it stores nothing on the trial (no kopf annotations,
+  no finalizers): the bridge's only writes are its claim and the trial's status;
+- cleanup: `Bridge.close`, which abandons the runs under way for the next process to take.
+
+The memo may bring `settings` (BridgeSettings), `api_client` (a kubernetes ApiClient),
+`environ` (the variables providers read) and `work_root` (where runs keep their scratch files).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+from prometheus_client import CollectorRegistry
+
+from rollout.api.resources import GROUP, VERSION, RolloutTrial
+from rollout.bridge.claim import for_bridge
+from rollout.bridge.controller import Bridge
+from rollout.bridge.kube import BridgeApi
+from rollout.bridge.providers.registry import Providers
+from rollout.bridge.settings import BridgeSettings, from_env
+from rollout.controller.kubeapi import default_api_client
+from rollout.controller.metrics import OperatorMetrics
+
+REGISTRY = kopf.OperatorRegistry()
+TRIALS = RolloutTrial.resource.plural
+
+log = logging.getLogger(__name__)
+
+
+def bridge_of(memo: Any) -> Bridge:
+    bridge: Bridge = memo.bridge
+    return bridge
+
+
+@kopf.on.login(registry=REGISTRY)
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The credentials of the kubernetes client (in-cluster, else KUBECONFIG): kopf registers
+    this for its own default registry only."""
+    return kopf.login_via_client(**kwargs)
+
+
+@kopf.on.startup(registry=REGISTRY)
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config: BridgeSettings = memo.get("settings") or from_env()
+    settings.peering.standalone = True
+    settings.posting.level = logging.WARNING
+    api_client = memo.get("api_client") or default_api_client()
+    # The operator's metrics object only counts this client's writes: a registry of its own.
+    api = BridgeApi(api_client, metrics=OperatorMetrics(CollectorRegistry()))
+    environ = memo.get("environ") or dict(os.environ)
+    memo.bridge = Bridge(config, api, Providers(environ), work_root=memo.get("work_root"))
+    log.info("bridge %s starts", config.identity)
+
+
+@kopf.on.cleanup(registry=REGISTRY)
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    if "bridge" in memo:
+        await bridge_of(memo).close()
+        bridge_of(memo).api.close()
+
+
+def _bridge_trial(body: kopf.Body, **_: Any) -> bool:
+    return for_bridge(body)
+
+
+@kopf.on.event(GROUP, VERSION, TRIALS, when=_bridge_trial, registry=REGISTRY)
+async def trial_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    bridge_of(memo).observe(body, deleted=event.get("type") == "DELETED")

@@ -1,0 +1,146 @@
+"""Helpers for the bridge's integration tests: its settings and memo for a test's API and bucket,
+`rollout-bridge` as a process a test can SIGKILL and start again, and the test engine's
+containers a bridge started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import docker
+import kopf
+import kubernetes.client
+from engine_kit import EngineUnderTest
+from s3_kit import S3Settings
+
+from kubeharness.identity import Identity
+from kubeharness.kube import Kube
+from loopback import free_port, healthz_answers
+from rollout.bridge.providers.base import BRIDGE_COMPONENT, LABEL_BRIDGE
+from rollout.bridge.settings import BridgeSettings
+from rollout.local.engine import connect_engine
+
+BRIDGE_IDENTITY = Identity.USER
+"""Who the bridge is to the test's API, unless a test says otherwise: a cluster admin, so that
+a bridge can watch just the test's namespace. The chart's bridge (`Identity.BRIDGE`) watches
+the whole cluster, as the chart runs it; one test runs it so."""
+
+
+def bridge_settings(
+    kube: Kube, storage: S3Settings, *, identity: str = "test-bridge", docker: int = 4
+) -> BridgeSettings:
+    return BridgeSettings(
+        identity=identity,
+        namespaces=[kube.namespace],
+        limits={"docker": docker},
+        storage=storage.location,
+        storage_credentials=storage.credentials,
+    )
+
+
+def bridge_memo(
+    kube: Kube, settings: BridgeSettings, work_root: Path, *, identity: Identity = BRIDGE_IDENTITY
+) -> kopf.Memo:
+    """The memo a bridge starts with in a test: its settings, a client for the test's API (as
+    `identity`), no variables of this process (no DOCKER_* of the machine reach providers)."""
+    configuration = kube.client_configuration(identity)
+    configuration.connection_pool_maxsize = 8
+    return kopf.Memo(
+        settings=settings,
+        api_client=kubernetes.client.ApiClient(configuration),
+        environ={},
+        work_root=work_root,
+    )
+
+
+def bridge_containers(engine: EngineUnderTest, identity: str) -> list[dict[str, Any]]:
+    """The containers (running or not) a bridge of `identity` started on the test engine."""
+    client = connect_engine(engine.environ)
+    try:
+        filters = {
+            "label": [f"{LABEL_BRIDGE}={identity}", f"rollout.dev/component={BRIDGE_COMPONENT}"]
+        }
+        rows: list[dict[str, Any]] = client.api.containers(all=True, filters=filters)
+        return rows
+    except docker.errors.DockerException as err:
+        raise AssertionError(f"the test engine does not answer: {err}") from err
+    finally:
+        client.close()
+
+
+class BridgeProcess:
+    """`rollout-bridge` as a user runs it (ROLLOUT_* variables, a kubeconfig), started, SIGKILLed
+    and started again; its output appended to `<workdir>/bridge.log`."""
+
+    def __init__(self, kube: Kube, workdir: Path, settings: BridgeSettings) -> None:
+        self.kube = kube
+        self.workdir = workdir
+        self.settings = settings
+        self.log_path = workdir / "bridge.log"
+        self.process: asyncio.subprocess.Process | None = None
+        self._health_port = 0
+
+    def _env(self) -> dict[str, str]:
+        kubeconfig = self.kube.write_kubeconfig(
+            self.workdir / "bridge-kubeconfig", identity=BRIDGE_IDENTITY
+        )
+        storage, credentials = self.settings.storage, self.settings.storage_credentials
+        assert storage is not None
+        assert credentials is not None
+        passed = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+        return {
+            **passed,
+            "KUBECONFIG": str(kubeconfig),
+            "ROLLOUT_BRIDGE_IDENTITY": self.settings.identity,
+            "ROLLOUT_NAMESPACES": ",".join(self.settings.namespaces),
+            "ROLLOUT_BRIDGE_LIMITS": ",".join(f"{k}={v}" for k, v in self.settings.limits.items()),
+            "ROLLOUT_STORAGE_BUCKET": storage.bucket,
+            "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint or "",
+            "ROLLOUT_STORAGE_PATH_STYLE": "true",
+            "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
+            "ROLLOUT_HEALTH_PORT": str(self._health_port),
+            "ROLLOUT_LOG_LEVEL": "info",
+        }
+
+    async def start(self, *, ready_timeout: float = 60) -> None:
+        """Start it and return once its /healthz answers (kopf is up)."""
+        assert self.process is None or self.process.returncode is not None
+        self._health_port = free_port()
+        script = Path(sys.executable).parent / "rollout-bridge"
+        with self.log_path.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                str(script),
+                env=self._env(),
+                stdout=log,
+                stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        await self.kube.wait_for(self._healthy, timeout=ready_timeout, what="the bridge's /healthz")
+
+    async def _healthy(self) -> bool:
+        if self.process is None or self.process.returncode is not None:
+            raise AssertionError(f"the bridge exited:\n{self.log_tail()}")
+        return await healthz_answers(self._health_port)
+
+    async def kill(self) -> None:
+        """SIGKILL: no handler runs, nothing is cleaned up (its containers stay)."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
+            assert await self.process.wait() == -signal.SIGKILL
+
+    async def terminate(self) -> int:
+        """SIGTERM, as a Deployment's Pod is stopped; its exit status."""
+        assert self.process is not None
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), timeout=90)
+
+    def log_tail(self, lines: int = 80) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
