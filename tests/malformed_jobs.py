@@ -178,8 +178,8 @@ CASES = [
     # Taken by the schema; the operator says what is wrong.
     Malformed("dataset-not-published", spec(datasets=[{"name": "gone", "digest": UNPUBLISHED}]),
               invalid=("DatasetNotFound", "spec.datasets[0] (gone)")),
-    Malformed("environment-modal", spec(environment={"type": "modal"}),
-              invalid=("UnsupportedEnvironment", "spec.environment.type is 'modal'")),
+    Malformed("environment-local", spec(environment={"type": "local"}),
+              invalid=("UnsupportedEnvironment", "spec.environment.type is 'local'")),
     Malformed("script-agent-without-execute", agents({"name": "claude"}),
               invalid=("InvalidSpec", "agent 'claude' needs an 'execute' script")),
     Malformed("agents-twice", agents(ORACLE, ORACLE),

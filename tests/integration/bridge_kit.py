@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from kubeharness.kube import Kube
 from loopback import free_port, healthz_answers
 from rollout.bridge.providers.base import BRIDGE_COMPONENT, LABEL_BRIDGE
 from rollout.bridge.settings import BridgeSettings
+from rollout.controller.prices import UnitPrices
 from rollout.local.engine import connect_engine
 
 BRIDGE_IDENTITY = Identity.USER
@@ -32,12 +34,20 @@ the whole cluster, as the chart runs it; one test runs it so."""
 
 
 def bridge_settings(
-    kube: Kube, storage: S3Settings, *, identity: str = "test-bridge", docker: int = 4
+    kube: Kube,
+    storage: S3Settings,
+    *,
+    identity: str = "test-bridge",
+    docker: int = 4,
+    docker_hosts: Sequence[str] = (),
+    unit_prices: Mapping[str, Mapping[str, float]] | None = None,
 ) -> BridgeSettings:
     return BridgeSettings(
         identity=identity,
         namespaces=[kube.namespace],
         limits={"docker": docker},
+        docker_hosts=list(docker_hosts),
+        unit_prices={p: UnitPrices(per_hour=dict(v)) for p, v in (unit_prices or {}).items()},
         storage=storage.location,
         storage_credentials=storage.credentials,
     )
@@ -99,6 +109,7 @@ class BridgeProcess:
             "ROLLOUT_BRIDGE_IDENTITY": self.settings.identity,
             "ROLLOUT_NAMESPACES": ",".join(self.settings.namespaces),
             "ROLLOUT_BRIDGE_LIMITS": ",".join(f"{k}={v}" for k, v in self.settings.limits.items()),
+            "ROLLOUT_BRIDGE_DOCKER_HOSTS": ",".join(self.settings.docker_hosts),
             "ROLLOUT_STORAGE_BUCKET": storage.bucket,
             "ROLLOUT_STORAGE_ENDPOINT": storage.endpoint or "",
             "ROLLOUT_STORAGE_PATH_STYLE": "true",

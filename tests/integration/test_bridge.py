@@ -97,7 +97,10 @@ async def test_a_remote_docker_job_runs_on_the_engine_with_the_seeds_outcomes(
         f'docker_image = "{test_engine.image}"\n'
     )
     dataset = publish_whole(store, root, tmp_path / "cache")
-    memo = bridge_memo(kube, bridge_settings(kube, s3_settings), tmp_path / "bridge")
+    # A core-second costs 1: each trial's cost is about its sandbox's seconds (1 cpu each).
+    prices = {"docker": {"cpu": 3600.0}}
+    settings = bridge_settings(kube, s3_settings, unit_prices=prices)
+    memo = bridge_memo(kube, settings, tmp_path / "bridge")
     async with (
         kube.operator(memo=operator_memo(kube, operator_config(s3_settings))),
         kube.operator(registry=handlers.REGISTRY, memo=memo),
@@ -120,10 +123,14 @@ async def test_a_remote_docker_job_runs_on_the_engine_with_the_seeds_outcomes(
         assert made["metadata"]["annotations"][ANNOTATION_BRIDGE] == "test-bridge"
         assert "podName" not in made["status"]
         assert made["status"]["resultUri"].endswith(f"/remote/oracle/set/{task}__1/result.json")
+        record = result_of(store, "remote", task)
+        assert 0 < made["status"]["cost"] < 120
+        assert record.cost == made["status"]["cost"]
     keys = store.list_keys(trial_prefix("", "remote", "oracle", "set", "a", 1))
     assert any(k.endswith("/logs/verifier/reward.txt") for k in keys)
     job_result = JobResult.from_json(store.get_bytes("jobs/remote/result.json"))
     assert (job_result.total_trials, job_result.completed_trials) == (3, 1)
+    assert job_result.total_cost == pytest.approx(sum(r.cost or 0 for r in (a, b, c)))
     assert sorted(memo.bridge.started) == [
         (kube.namespace, trial("remote", t)) for t in sorted("abc")
     ]
@@ -219,6 +226,49 @@ async def test_a_bridge_killed_mid_trial_ends_the_lost_sandbox_and_runs_the_tria
     assert first["Id"] not in remaining
     assert remaining == set()
     assert "ending sandbox" in process.log_tail(400)
+
+
+async def test_a_restarted_bridge_removes_the_containers_of_trials_deleted_while_it_was_down(
+    kube: Kube,
+    s3_settings: S3Settings,
+    test_engine: EngineUnderTest,
+    engine_address: str,
+    tmp_path: Path,
+) -> None:
+    """Killed mid-trial, the bridge leaves the trial's container running; the job is deleted
+    before it comes back, so no trial names the engine any more: the engines the bridge is
+    told of (ROLLOUT_BRIDGE_DOCKER_HOSTS) are swept at its start."""
+    store = s3_settings.store()
+    root = make_dataset(tmp_path / "set", ["a"], image=test_engine.image)
+    write(root / "a" / "solution" / "solve.sh", SLOW_SOLUTION)
+    dataset = publish_whole(store, root, tmp_path / "cache")
+    settings = bridge_settings(
+        kube, s3_settings, identity="swept-bridge", docker_hosts=[engine_address]
+    )
+    process = BridgeProcess(kube, tmp_path, settings)
+    async with kube.operator(memo=operator_memo(kube, operator_config(s3_settings))):
+        await process.start()
+        try:
+            await kube.create(ROLLOUT_JOBS, remote_job("swept", dataset, engine_address))
+            await kube.wait_for(
+                lambda: _some(bridge_containers(test_engine, "swept-bridge")),
+                what="its container",
+                timeout=60,
+            )
+            await process.kill()
+            await kube.delete(ROLLOUT_JOBS, "swept")
+            await kube.delete(ROLLOUT_TRIALS, trial("swept", "a"))  # as the collector would
+            assert bridge_containers(test_engine, "swept-bridge") != []
+            await process.start()
+            await kube.wait_for(
+                lambda: _none(bridge_containers(test_engine, "swept-bridge")),
+                what="the leftover container removed",
+                timeout=60,
+            )
+            # ... by the sweep at the start, which says so once the engine has removed it.
+            await kube.wait_for(lambda: _logged(process, "ended leftover sandbox"), timeout=10)
+        finally:
+            await process.kill()
 
 
 async def test_two_bridges_on_the_same_trials_run_each_trial_once(
@@ -324,6 +374,89 @@ async def test_the_bridge_runs_as_the_charts_service_account_with_the_agents_key
 
 async def _some(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return rows or None
+
+
+@pytest.mark.parametrize(
+    ("provider", "missing"),
+    [
+        ("modal", "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"),
+        ("daytona", "DAYTONA_API_KEY"),
+        ("e2b", "E2B_API_KEY"),
+    ],
+)
+async def test_a_cloud_provider_without_its_credentials_fails_the_trial_saying_what_is_missing(
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path, provider: str, missing: str
+) -> None:
+    """A RolloutJob of a cloud type runs as any job up to the bridge, whose provider cannot sign
+    in: each trial fails with environment_start_failed naming the variables, as a record and a
+    status, and the job completes (no traceback, nothing left waiting)."""
+    store = s3_settings.store()
+    dataset = publish_whole(store, make_dataset(tmp_path / "set", ["a"]), tmp_path / "cache")
+    memo = bridge_memo(kube, bridge_settings(kube, s3_settings), tmp_path / "bridge")
+    job = job_manifest("cloud", [dataset], environment={"type": provider})
+    async with (
+        kube.operator(memo=operator_memo(kube, operator_config(s3_settings))),
+        kube.operator(registry=handlers.REGISTRY, memo=memo),
+    ):
+        await kube.create(ROLLOUT_JOBS, job)
+        done = await kube.wait_for(lambda: job_phase(kube, "cloud", "Completed"), timeout=60)
+    assert done is not None
+    made = await kube.get(ROLLOUT_TRIALS, trial("cloud", "a"))
+    assert made["spec"]["environmentType"] == provider
+    error = made["status"]["error"]
+    assert error["type"] == "environment_start_failed"
+    assert missing in error["message"]
+    assert "Traceback" not in error["message"]
+    assert made["status"]["failureClass"] == "infrastructure"
+    record = result_of(store, "cloud", "a")
+    assert record.error is not None
+    assert record.error.message == error["message"]
+    text = store.get_bytes(trial_prefix("", "cloud", "oracle", "set", "a", 1) + "error.txt")
+    assert "The bridge controller wrote this record" in text.decode()
+
+
+async def test_a_jobs_provider_secret_signs_its_trials_in_over_the_bridges_own(
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    """The bridge reads the Secret the job names and gives its keys to the provider: with only
+    MODAL_TOKEN_ID in it, the provider says the other variable is missing (and a Secret that
+    does not exist is named as such)."""
+    await kube.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "team-modal"},
+            "stringData": {"MODAL_TOKEN_ID": "ak-team-token-id"},
+        },
+    )
+    store = s3_settings.store()
+    dataset = publish_whole(store, make_dataset(tmp_path / "set", ["a"]), tmp_path / "cache")
+    memo = bridge_memo(kube, bridge_settings(kube, s3_settings), tmp_path / "bridge")
+    named = {"type": "modal", "providerSecret": "team-modal"}
+    gone = {"type": "modal", "providerSecret": "no-such-secret"}
+    async with (
+        kube.operator(memo=operator_memo(kube, operator_config(s3_settings))),
+        kube.operator(registry=handlers.REGISTRY, memo=memo),
+    ):
+        await kube.create(ROLLOUT_JOBS, job_manifest("named", [dataset], environment=named))
+        await kube.create(ROLLOUT_JOBS, job_manifest("gone", [dataset], environment=gone))
+        for job in ("named", "gone"):
+            await kube.wait_for(lambda job=job: job_phase(kube, job, "Completed"), timeout=60)
+    named_error = (await kube.get(ROLLOUT_TRIALS, trial("named", "a")))["status"]["error"]
+    assert named_error["type"] == "environment_start_failed"
+    assert named_error["message"].endswith("MODAL_TOKEN_SECRET is not set")
+    assert "ak-team-token-id" not in named_error["message"]
+    gone_error = (await kube.get(ROLLOUT_TRIALS, trial("gone", "a")))["status"]["error"]
+    assert gone_error["type"] == "environment_start_failed"
+    assert gone_error["message"] == (
+        "the job's provider Secret cannot be read: "
+        f"Secret {kube.namespace}/no-such-secret does not exist"
+    )
+
+
+async def _logged(process: BridgeProcess, text: str) -> bool:
+    return text in process.log_tail(400)
 
 
 async def _none(rows: list[dict[str, Any]]) -> bool:

@@ -95,9 +95,9 @@ CASES = {
         ["{job}: datasets[1]: {root}/registry.json: version: dataset 'beta' has no version '9.9'"],
         text=BASE.replace("'1.0'", "'9.9'"),
     ),
-    "environment type without a bridge": Case(
-        ["{job}: environment.type: is 'modal': on a cluster this version runs trials as Pods"],
-        text=BASE + "environment:\n  type: modal\n",
+    "local mode's environment type": Case(
+        ["{job}: environment.type: is 'local': the host sandbox runs trials on the machine that"],
+        text=BASE + "environment:\n  type: local\n",
     ),
     "zero attempts": Case(
         ["{job}: n_attempts: Input should be greater than or equal to 1"],

@@ -83,13 +83,13 @@ REFUSED = {
         ],
         text=BASE.replace("  - name: oracle\n", "  - name: oracle\n  - name: claude-code\n"),
     ),
-    "environment type without a bridge": Case(
+    "local mode's environment type": Case(
         [
-            "{job}: environment.type: is 'modal': the bridge controller (rollout-bridge) has no "
-            "modal provider yet; it runs 'docker' with environment.docker_host (a remote Docker "
-            "engine), and the operator runs 'docker' and 'kubernetes' as Pods"
+            "{job}: environment.type: is 'local': the host sandbox runs trials on the machine "
+            "that runs `rollout run --local`, never on a cluster; use 'docker' or 'kubernetes' "
+            "there"
         ],
-        text=BASE + "environment:\n  type: modal\n",
+        text=BASE + "environment:\n  type: local\n",
     ),
     "two dataset directories with one name": Case(
         [

@@ -343,8 +343,8 @@ async def test_a_pod_that_cannot_be_made_fails_its_trial_with_a_record(
     store = s3_settings.store()
     prefix = trial_prefix(s3_settings)
     api = FakeApi(witness=lambda: store.exists(prefix + "result.json"))
-    # No Pod for that type.
-    broken = create("t1", storage=s3_settings.location, environment={"type": "modal"})
+    # No Pod for that type (local mode's host sandbox: a job of it is refused before its trials).
+    broken = create("t1", storage=s3_settings.location, environment={"type": "local"})
     run, writes, _ = executor(api, s3=s3_settings)
     await run.run([broken], now=NOW)
     assert api.calls == [("create_trial", "t1"), ("patch_trial_status", "t1")]

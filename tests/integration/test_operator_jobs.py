@@ -187,15 +187,15 @@ async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
     config = operator_config(s3_settings)
     bad = job_manifest("bad", [dataset], agents=[{"name": "claude"}])  # no execute script
     missing = job_manifest("missing", [{"name": "gone", "digest": "0" * 64}])
-    # No bridge controller exists yet: its trials would wait forever, so the job is refused.
-    modal = job_manifest("modal", [dataset], environment={"type": "modal"})
+    # Local mode's host sandbox is no cluster's: its trials would wait forever, so it is refused.
+    local = job_manifest("local", [dataset], environment={"type": "local"})
     async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, bad)
         await kube.create(ROLLOUT_JOBS, missing)
-        await kube.create(ROLLOUT_JOBS, modal)
+        await kube.create(ROLLOUT_JOBS, local)
         failed = await kube.wait_for(lambda: job_phase(kube, "bad", "Failed"), what="bad fails")
         gone = await kube.wait_for(lambda: job_phase(kube, "missing", "Failed"), what="missing")
-        bridge = await kube.wait_for(lambda: job_phase(kube, "modal", "Failed"), what="modal")
+        nowhere = await kube.wait_for(lambda: job_phase(kube, "local", "Failed"), what="local")
         await kube.settle(quiet=0.3)
 
     conditions = {c["type"]: c for c in failed["status"]["conditions"]}
@@ -209,16 +209,16 @@ async def test_an_invalid_job_gets_a_condition_and_an_event_and_creates_nothing(
     assert "spec.datasets[0] (gone)" in conditions["Valid"]["message"]
     assert "does not exist" in conditions["Valid"]["message"]
 
-    conditions = {c["type"]: c for c in bridge["status"]["conditions"]}
+    conditions = {c["type"]: c for c in nowhere["status"]["conditions"]}
     assert conditions["Valid"]["reason"] == "UnsupportedEnvironment"
-    assert "spec.environment.type is 'modal'" in conditions["Valid"]["message"]
-    assert "bridge controller" in conditions["Valid"]["message"]
+    assert "spec.environment.type is 'local'" in conditions["Valid"]["message"]
+    assert "never on a cluster" in conditions["Valid"]["message"]
 
     events = [c.body for c in kube.calls() if c.method == "POST" and c.resource == EVENTS]
     warnings = {(e["involvedObject"]["name"], e["reason"], e["type"]) for e in events}
     assert ("bad", "InvalidSpec", "Warning") in warnings
     assert ("missing", "DatasetNotFound", "Warning") in warnings
-    assert ("modal", "UnsupportedEnvironment", "Warning") in warnings
+    assert ("local", "UnsupportedEnvironment", "Warning") in warnings
     assert await kube.list(ROLLOUT_TRIALS, kube.namespace) == []
     assert await kube.list(PODS, kube.namespace) == []
 

@@ -39,29 +39,32 @@ def _messages(err: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("written", "on_cluster", "refused"),
+    ("written", "on_cluster", "pods", "bridge"),
     [
-        ("docker", "kubernetes", False),
-        ("kubernetes", "kubernetes", False),
-        ("k8s", "kubernetes", False),
-        (" Docker ", "kubernetes", False),
-        ("modal", "modal", True),
-        ("daytona", "daytona", True),
-        ("e2b", "e2b", True),
+        ("docker", "kubernetes", True, False),
+        ("kubernetes", "kubernetes", True, False),
+        ("k8s", "kubernetes", True, False),
+        (" Docker ", "kubernetes", True, False),
+        ("modal", "modal", False, True),
+        ("daytona", "daytona", False, True),
+        ("e2b", "e2b", False, True),
     ],
 )
 def test_each_environment_type_has_one_meaning_on_a_cluster(
-    written: str, on_cluster: str, refused: bool
+    written: str, on_cluster: str, pods: bool, bridge: bool
 ) -> None:
     kind = EnvironmentType(EnvironmentType.parse(written))
     assert kind.on_cluster() == on_cluster
-    assert kind.runs_as_pods is not refused
-    refusal = kind.refusal_on_cluster()
-    assert (refusal is not None) is refused
-    if refusal is not None:
-        assert "bridge controller" in refusal
-        assert f"no {kind.value} provider yet" in refusal
-        assert repr(kind.value) in refusal
+    assert kind.runs_as_pods is pods
+    assert EnvironmentType(on_cluster).runs_on_bridge is bridge
+    assert kind.refusal_on_cluster() is None  # Pods, or the bridge's sandboxes
+
+
+def test_local_mode_s_host_sandbox_is_refused_on_a_cluster() -> None:
+    refusal = EnvironmentType.LOCAL.refusal_on_cluster()
+    assert refusal is not None
+    assert refusal.startswith("'local': the host sandbox runs trials on the machine")
+    assert not EnvironmentType.LOCAL.runs_on_bridge
 
 
 def test_job_yaml_defaults_to_docker_and_a_rollout_job_to_kubernetes() -> None:

@@ -7,13 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from rollout.api.environment import EnvironmentSettings, EnvironmentType
 from rollout.api.errors import InvalidInput
 from rollout.api.resources import RolloutTrialStatus
 from rollout.bridge.claim import Step, claimant, claimed_status, decide, for_bridge
-from rollout.bridge.kube import ANNOTATION_BRIDGE
+from rollout.bridge.kube import ANNOTATION_BRIDGE, transient
+from rollout.bridge.providers.base import OwnedSandbox, sandbox_labels
 from rollout.bridge.settings import DEFAULT_LIMIT, from_args, from_env
 
 ME = "rollout-bridge"
@@ -205,3 +208,56 @@ def test_a_docker_host_that_is_not_a_remote_engine_is_refused(address: str) -> N
 def test_a_docker_host_with_another_type_is_refused() -> None:
     with pytest.raises(ValidationError, match="applies to type 'docker' only, not 'kubernetes'"):
         EnvironmentSettings.model_validate({"type": "kubernetes", "docker_host": "tcp://h:1"})
+
+
+def test_engines_to_sweep_are_remote_engine_addresses() -> None:
+    settings = from_env(
+        {"ROLLOUT_BRIDGE_IDENTITY": "b", "ROLLOUT_BRIDGE_DOCKER_HOSTS": "tcp://a:2376,ssh://u@b"}
+    )
+    assert settings.docker_hosts == ["tcp://a:2376", "ssh://u@b"]
+    with pytest.raises(InvalidInput, match=r"ROLLOUT_BRIDGE_DOCKER_HOSTS.*'unix:///x' is not"):
+        from_env({"ROLLOUT_BRIDGE_IDENTITY": "b", "ROLLOUT_BRIDGE_DOCKER_HOSTS": "unix:///x"})
+
+
+def test_a_sandbox_is_matched_to_its_trial_by_label_values() -> None:
+    # A name that is no label value (too long) is labelled by a sanitised, hashed form.
+    long_name = "t" * 70
+    labels = sandbox_labels("ns", long_name, "job", ME)
+    assert labels["rollout.dev/trial"] != long_name
+    owned = OwnedSandbox("id", labels["rollout.dev/namespace"], labels["rollout.dev/trial"])
+    assert owned.of_trial("ns", long_name)
+    assert not owned.of_trial("ns", "t" * 69)
+    assert not owned.of_trial("other", long_name)
+    assert "rollout.dev/preserved" not in labels
+    kept = sandbox_labels("ns", "t", "job", ME, preserved=True)
+    assert kept["rollout.dev/preserved"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("error", "again"),
+    [
+        (ApiException(status=500), True),
+        (ApiException(status=503), True),
+        (ApiException(status=429), True),
+        (ApiException(status=0), False),
+        (ApiException(status=404), False),
+        (ApiException(status=409), False),
+        (ApiException(status=422), False),
+        (ConnectionRefusedError(), True),
+        (TimeoutError(), True),
+        (urllib3.exceptions.ProtocolError("cut"), True),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_only_transient_api_failures_are_tried_again(error: BaseException, again: bool) -> None:
+    assert transient(error) is again
+
+
+def test_a_provider_secret_names_a_secret_of_a_cloud_type_only() -> None:
+    cloud = EnvironmentSettings.model_validate({"type": "e2b", "provider_secret": "team-e2b"})
+    assert cloud.provider_secret == "team-e2b"
+    assert cloud.runs_on_bridge
+    with pytest.raises(ValidationError, match="applies to types 'modal', 'daytona', 'e2b' only"):
+        EnvironmentSettings.model_validate({"type": "docker", "provider_secret": "keys"})
+    with pytest.raises(ValidationError, match="is not a Secret's name"):
+        EnvironmentSettings.model_validate({"type": "modal", "provider_secret": "Team Keys"})

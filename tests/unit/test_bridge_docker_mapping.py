@@ -16,6 +16,7 @@ import requests
 
 from rollout.api.errors import ErrorType
 from rollout.api.resources import RolloutTrialSpec
+from rollout.bridge.providers.archives import extract, pack
 from rollout.bridge.providers.base import ProviderError, SandboxRequest, sandbox_labels
 from rollout.bridge.providers.docker import (
     KEEP_ALIVE,
@@ -26,14 +27,8 @@ from rollout.bridge.providers.docker import (
     sandbox_request,
     start_error_type,
 )
-from rollout.bridge.providers.docker_sandbox import (
-    RUN_WRAPPER,
-    _container_gone,
-    _pack,
-    _unpack,
-    run_request,
-    skeleton,
-)
+from rollout.bridge.providers.docker_sandbox import _container_gone, run_request, skeleton
+from rollout.bridge.providers.scripts import RUN_WRAPPER
 
 
 def spec(**fields: object) -> RolloutTrialSpec:
@@ -311,7 +306,7 @@ def test_a_packed_tree_belongs_to_the_containers_user_and_keeps_modes_and_links(
     (tree / "link").symlink_to("sub/run.sh")
     archive = io.BytesIO()
 
-    _pack(tree, None, (1000, 1001), archive)
+    pack(tree, None, (1000, 1001), archive)
 
     with tarfile.open(fileobj=archive) as tar:
         members = {m.name: m for m in tar.getmembers()}
@@ -325,7 +320,7 @@ def test_a_packed_file_takes_the_name_it_gets_in_the_container(tmp_path: Path) -
     (tmp_path / "local.txt").write_text("x")
     archive = io.BytesIO()
 
-    _pack(tmp_path / "local.txt", "remote.txt", (0, 0), archive)
+    pack(tmp_path / "local.txt", "remote.txt", (0, 0), archive)
 
     with tarfile.open(fileobj=archive) as tar:
         assert tar.getnames() == ["remote.txt"]
@@ -345,7 +340,7 @@ def test_unpacking_skips_what_would_land_outside_and_keeps_the_rest(tmp_path: Pa
     destination = tmp_path / "out"
     destination.mkdir()
 
-    _unpack(archive, destination)
+    extract(archive, destination)
 
     # An absolute name lands inside, its leading slash dropped; the rest is not extracted.
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [

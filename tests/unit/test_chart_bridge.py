@@ -341,6 +341,28 @@ def test_docker_tls_files_are_mounted_where_docker_py_looks() -> None:
     }
 
 
+def test_engines_to_sweep_at_start_reach_the_bridges_parser() -> None:
+    assert "ROLLOUT_BRIDGE_DOCKER_HOSTS" not in env(render(ENABLED))
+    hosts = ["tcp://engine-a:2376", "tcp://engine-b:2376"]
+    variables = env(render(with_bridge("", {"docker": {"hosts": hosts}})))
+    assert variables["ROLLOUT_BRIDGE_DOCKER_HOSTS"] == "tcp://engine-a:2376,tcp://engine-b:2376"
+    assert from_env(variables).docker_hosts == hosts
+
+
+def test_unit_prices_per_provider_reach_the_bridges_parser() -> None:
+    assert "ROLLOUT_BRIDGE_UNIT_PRICES" not in env(render(ENABLED))
+    prices = {"docker": {"cpu": 0.03}, "modal": {"cpu": 0.047, "nvidia.com/gpu": 3.95}}
+    variables = env(render(with_bridge("", {"unitPrices": prices})))
+    settings = from_env(variables)
+    assert {p: u.per_hour for p, u in settings.unit_prices.items()} == prices
+
+
+def test_cloud_credentials_come_from_the_named_secret_as_variables() -> None:
+    assert "envFrom" not in container(render(ENABLED))
+    named = container(render(with_bridge("", {"providerSecret": "cloud-keys"})))
+    assert named["envFrom"] == [{"secretRef": {"name": "cloud-keys"}}]
+
+
 def test_image_defaults_to_the_operators_and_can_be_its_own() -> None:
     with helm.Chart.load(CHART) as chart:
         app_version = chart.metadata["appVersion"]

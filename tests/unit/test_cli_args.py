@@ -45,9 +45,9 @@ def test_run_help_says_what_docker_means_on_a_cluster(capsys: pytest.CaptureFixt
         main(["run", "--help"], {})
     out = " ".join(capsys.readouterr().out.split())
     assert "environment.type: docker (job.yaml's default) runs each trial as a Pod" in out
-    # What is available now: the bridge runs a remote Docker engine's trials, nothing more.
+    # The bridge runs a remote Docker engine's trials and the cloud providers'.
     assert "the cluster's bridge controller (rollout-bridge) runs each trial's container" in out
-    assert "modal, daytona and e2b have no bridge provider yet" in out
+    assert "modal, daytona and e2b run each trial in a sandbox of that provider" in out
 
 
 def test_a_job_file_first_means_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

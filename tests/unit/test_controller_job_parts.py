@@ -85,10 +85,14 @@ def test_a_job_needs_a_bucket_and_an_environment_type_that_runs_as_pods() -> Non
     nowhere = check_job(job(), None, WHERE)
     assert isinstance(nowhere, Invalid)
     assert "spec.storage is not set" in nowhere.message
-    elsewhere = check_job(job(environment={"type": "modal"}), default, WHERE)
+    elsewhere = check_job(job(environment={"type": "local"}), default, WHERE)
     assert isinstance(elsewhere, Invalid)
     assert elsewhere.reason == JobConditionReason.UNSUPPORTED_ENVIRONMENT
-    assert "spec.environment.type is 'modal'" in elsewhere.message
+    assert "spec.environment.type is 'local'" in elsewhere.message
+    for provider in ("modal", "daytona", "e2b"):  # the bridge's
+        assert not isinstance(
+            check_job(job(environment={"type": provider}), default, WHERE), Invalid
+        )
     docker = check_job(job(environment={"type": "docker"}), default, WHERE)
     assert not isinstance(docker, Invalid)  # the task's containers, as a Pod
     remote = check_job(

@@ -9,8 +9,8 @@ types"), decided here and nowhere else:
   once), and the operator runs a RolloutJob of type `docker` as Pods too.
   With `docker_host` set, a remote Docker engine instead: on a cluster, the bridge controller
   (`rollout-bridge`) runs each trial there, and the type stays `docker`.
-- `modal`, `daytona`, `e2b`: provider sandboxes through the bridge controller, which has no
-  provider for them yet: a job of these types is refused, saying so.
+- `modal`, `daytona`, `e2b`: provider sandboxes through the bridge controller, each trial's in
+  the provider's cloud.
 - `local`: the host sandbox of local mode (`rollout run --local`): the trial runs on this
   machine in namespaces of its own, the task's docker_image ignored. Refused on a cluster.
 
@@ -73,19 +73,14 @@ class EnvironmentType(StrEnum):
         return EnvironmentType.KUBERNETES if self.runs_as_pods else self
 
     def refusal_on_cluster(self) -> str | None:
-        """Why a cluster cannot run a job of this type, or None when it can."""
-        if self.runs_as_pods:
-            return None
+        """Why a cluster cannot run a job of this type, or None when it can (as Pods, or as a
+        provider's sandboxes through the bridge controller)."""
         if self is EnvironmentType.LOCAL:
             return (
                 "'local': the host sandbox runs trials on the machine that runs `rollout run "
                 "--local`, never on a cluster; use 'docker' or 'kubernetes' there"
             )
-        return (
-            f"{self.value!r}: the bridge controller (rollout-bridge) has no {self.value} "
-            "provider yet; it runs 'docker' with environment.docker_host (a remote Docker "
-            "engine), and the operator runs 'docker' and 'kubernetes' as Pods"
-        )
+        return None
 
     @property
     def runs_on_bridge(self) -> bool:
@@ -116,6 +111,19 @@ BRIDGE_ROWS = (
     "not run shards of data rows yet (leave {field} out)"
 )
 """Why a job on a remote Docker engine cannot have a data dataset (the CLI and the operator)."""
+
+CLOUD_TYPES = (EnvironmentType.MODAL, EnvironmentType.DAYTONA, EnvironmentType.E2B)
+"""The types whose sandboxes are a cloud provider's, signed in with credentials."""
+
+# A DNS subdomain, as Kubernetes names Secrets (a name's pattern, not a password: noqa S105).
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # noqa: S105
+SecretName = Annotated[
+    str,
+    matching_pattern(
+        SECRET_NAME_PATTERN, "a Secret's name (a DNS subdomain: lowercase, digits, '-', '.')"
+    ),
+    Field(json_schema_extra={"pattern": SECRET_NAME_PATTERN}, max_length=253),
+]
 
 DOCKER_HOST_PATTERN = r"^(tcp|ssh)://[^\s/@]+(@[^\s/@]+)?(:[0-9]+)?/?$"
 DockerHost = Annotated[
@@ -153,6 +161,13 @@ class EnvironmentSettings(ApiModel):
         description="type docker only: the address of a remote Docker engine (tcp://HOST:PORT, "
         "with TLS from the bridge's settings, or ssh://USER@HOST) where the bridge controller "
         "runs each trial's container, instead of a Pod.",
+    )
+    provider_secret: SecretName | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="modal, daytona, e2b only: a Secret in the job's namespace whose keys are "
+        "the provider's credentials (MODAL_TOKEN_ID, DAYTONA_API_KEY, E2B_API_KEY, ...), over "
+        "the bridge's own: the job's trials run on that account.",
     )
     override_cpus: IntOrQuantity | None = Field(
         None, description="If set, replaces every task's environment.cpus."
@@ -212,6 +227,12 @@ class EnvironmentSettings(ApiModel):
                 f"docker_host is a remote Docker engine: it applies to type 'docker' only, "
                 f"not {self.type.value!r}"
             )
+        if self.provider_secret is not None and self.type not in CLOUD_TYPES:
+            names = ", ".join(repr(t.value) for t in CLOUD_TYPES)
+            raise ValueError(
+                f"provider_secret holds a cloud provider's credentials: it applies to types "
+                f"{names} only, not {self.type.value!r}"
+            )
         return self
 
     @property
@@ -261,7 +282,6 @@ class ClusterEnvironmentSettings(EnvironmentSettings):
         description="kubernetes runs each trial in a Pod, and so does docker (the same "
         "containers; the rollout CLI submits job.yaml's docker as kubernetes), unless dockerHost "
         "names a remote Docker engine: the bridge controller (rollout-bridge) runs the trials "
-        "there. modal, daytona and e2b have no bridge provider yet: a job of those types is "
-        "refused (condition Valid=False), and so is local (the host sandbox of `rollout run "
-        "--local`, never a cluster's).",
+        "there, as it runs those of modal, daytona and e2b in their sandboxes. local (the host "
+        "sandbox of `rollout run --local`, never a cluster's) is refused (Valid=False).",
     )

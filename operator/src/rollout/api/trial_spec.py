@@ -95,6 +95,7 @@ def trial_spec(
         job_name=job.job_name,
         environment_type=spec.environment.cluster_type,
         docker_host=spec.environment.docker_host,
+        provider_secret=spec.environment.provider_secret,
         # The bridge's provider builds the image where it runs (the cluster's builds are Pods').
         force_build=spec.environment.force_build and spec.environment.runs_on_bridge,
         max_infra_retries=spec.max_infra_retries if spec.environment.runs_on_bridge else None,

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from rollout.bridge import claim
 from rollout.bridge.claim import Step
-from rollout.bridge.kube import BridgeApi, ClaimOutcome
+from rollout.bridge.kube import BridgeApi, ClaimOutcome, SecretMissing
 from rollout.bridge.providers.base import Provider, ProviderError
 from rollout.bridge.providers.registry import Providers, provider_key
 from rollout.bridge.runs import TrialRef, TrialRun, keep_lost_try, lost_try, retries_exhausted
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 """(namespace, name) of a trial."""
 
+SWEEP_SEC = 300.0
+"""How often the bridge looks for containers of its own that no run of its holds."""
 RETAKE_SEC = 30.0
 """How long after a failed attempt to take a trial the bridge tries again."""
 STOP_GRACE_SEC = 60.0
@@ -69,6 +71,7 @@ class Bridge:
         self.waiting: dict[str, OrderedDict[Key, Mapping[str, Any]]] = {}
         self._slots: dict[Key, str] = {}
         self._closing = False
+        self._sweeping: asyncio.Task[None] | None = None
         self.started: list[Key] = []
         """The trials whose sandbox this process started a try at, in order (a trial twice:
         twice), for the logs and for tests of the claim protocol."""
@@ -207,7 +210,7 @@ class Bridge:
     async def _run(self, trial: TrialRef, store: ObjectStore) -> None:
         key: Key = (trial.namespace, trial.name)
         try:
-            provider = await self.providers.for_trial(trial.spec)
+            provider = await self._provider(trial)
         except ProviderError as err:
             provider = _Unavailable(err)
         run = TrialRun(
@@ -218,18 +221,32 @@ class Bridge:
             identity=self.identity,
             try_number=trial.entry.tries,
             work_root=self.work_root,
+            prices=self.settings.unit_prices.get(trial.spec.environment_type.value),
         )
         task = self.runs[key][1]
         self.runs[key] = (run, task)
         self.started.append(key)
         await run.run()
 
+    async def _provider(self, trial: TrialRef) -> Provider:
+        """The trial's provider, signed in with its job's provider Secret where it names one
+        (read now: a Secret updated since gives a provider of its own); ProviderError."""
+        spec = trial.spec
+        if spec.provider_secret is None:
+            return await self.providers.for_trial(spec)
+        try:
+            data, version = await self.api.secret_data(trial.namespace, spec.provider_secret)
+        except SecretMissing as err:
+            raise ProviderError(f"the job's provider Secret cannot be read: {err}") from None
+        account = f"{trial.namespace}/{spec.provider_secret}@{version}"
+        return await self.providers.for_trial(spec, credentials=data, account=account)
+
     async def _end_lost_sandboxes(self, trial: TrialRef) -> None:
         """End the sandboxes a lost try left (a bridge killed mid-trial leaves its sandbox)."""
         try:
-            provider = await self.providers.for_trial(trial.spec)
+            provider = await self._provider(trial)
             for owned in await provider.owned(self.identity):
-                if (owned.namespace, owned.trial_name) == (trial.namespace, trial.name):
+                if owned.of_trial(trial.namespace, trial.name):
                     log.info("ending sandbox %s of a lost try", owned.sandbox_id)
                     await provider.terminate(owned.sandbox_id)
         except ProviderError as err:
@@ -241,12 +258,58 @@ class Bridge:
             await asyncio.to_thread(write_record, store, action.record)
         await self.api.patch_trial_status(trial.namespace, trial.name, action.status)
 
+    # --- leftovers
+
+    def start_sweeping(self) -> None:
+        """Sweep now (the engines of `BridgeSettings.docker_hosts`: a restarted bridge clears
+        what its previous process left of trials deleted since), then every SWEEP_SEC."""
+        self._sweeping = asyncio.create_task(self._sweep_forever(), name="bridge sweep")
+
+    async def _sweep_forever(self) -> None:
+        for address in self.settings.docker_hosts:
+            try:
+                await self.providers.for_docker_host(address)
+            except ProviderError as err:
+                log.warning("not swept: %s", err.message)
+        while True:
+            await self.sweep()
+            await asyncio.sleep(SWEEP_SEC)
+
+    async def sweep(self) -> int:
+        """End every sandbox labelled with this bridge's identity on the engines it knows that
+        no run of this process holds and that is not kept (preserveEnv): what a bridge killed
+        mid-trial left, or a sandbox that could not be removed when its trial ended. Only one
+        process runs under an identity, so no other run holds them. Returns how many."""
+        ended = 0
+        for provider in self.providers.connected():
+            try:
+                owned = await provider.owned(self.identity)
+            except ProviderError as err:
+                log.warning("not swept: %s", err.message)
+                continue
+            for sandbox in owned:
+                if sandbox.preserved or any(sandbox.of_trial(*key) for key in self.runs):
+                    continue
+                try:
+                    await provider.terminate(sandbox.sandbox_id)
+                except ProviderError as err:
+                    log.warning("a leftover sandbox was not ended: %s", err.message)
+                    continue
+                log.info(
+                    "ended leftover sandbox %s (trial %s)", sandbox.sandbox_id, sandbox.trial_name
+                )
+                ended += 1
+        return ended
+
     # --- the end
 
     async def close(self) -> None:
         """Stop taking trials, abandon the runs under way (their sandboxes ended, no status:
         the next process runs them again) and release the providers."""
         self._closing = True
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            await asyncio.gather(self._sweeping, return_exceptions=True)
         for run, _ in list(self.runs.values()):
             if run is not None:
                 run.stop(abandon=True)

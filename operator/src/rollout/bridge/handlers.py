@@ -61,6 +61,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     api = BridgeApi(api_client, metrics=OperatorMetrics(CollectorRegistry()))
     environ = memo.get("environ") or dict(os.environ)
     memo.bridge = Bridge(config, api, Providers(environ), work_root=memo.get("work_root"))
+    memo.bridge.start_sweeping()
     log.info("bridge %s starts", config.identity)
 
 

@@ -36,6 +36,7 @@ from rollout.api.resources import RolloutTrialSpec, TrialConditionReason
 from rollout.api.trial_spec import UNBUILT_IMAGE
 from rollout.api.wire.spec import agent_secret_carriers
 from rollout.api.wire.termination import TerminationMessage
+from rollout.bridge.cost import add_costs, try_cost
 from rollout.bridge.kube import BridgeApi, SecretMissing
 from rollout.bridge.providers.base import (
     Provider,
@@ -46,8 +47,9 @@ from rollout.bridge.providers.base import (
 )
 from rollout.controller.index import TrialEntry, trial_entry
 from rollout.controller.podstatus import Finished
-from rollout.controller.records import TrialPlace
-from rollout.controller.trial_files import keep_try, write_record
+from rollout.controller.prices import UnitPrices
+from rollout.controller.records import RecordCost, TrialPlace
+from rollout.controller.trial_files import keep_try, set_cost, write_record
 from rollout.controller.trials import KeepTry, PatchStatus, act, fail_trial
 from rollout.storage import ObjectStore
 from rollout_runner.archive import extract_task_archive
@@ -118,6 +120,7 @@ class TrialRun:
         identity: str,
         try_number: int,
         work_root: Path | None = None,
+        prices: UnitPrices | None = None,
     ) -> None:
         self.trial = trial
         self.provider = provider
@@ -126,6 +129,8 @@ class TrialRun:
         self.identity = identity
         self.try_number = try_number
         self.work_root = work_root
+        self.prices = prices
+        self.began = datetime.now(UTC)
         self.stopped = asyncio.Event()
         self.abandoned = False
         self.sandbox: Sandbox | None = None
@@ -141,7 +146,7 @@ class TrialRun:
         """Run the try to its end and write the trial's status (none when abandoned); the
         sandbox is ended either way, unless the trial keeps it (preserveEnv)."""
         trial = self.trial
-        began = datetime.now(UTC)
+        began = self.began = datetime.now(UTC)
         work = Path(tempfile.mkdtemp(prefix=f"rollout-bridge-{trial.name}-", dir=self.work_root))
         try:
             try:
@@ -218,7 +223,13 @@ class TrialRun:
 
     async def _start(self, task_dir: Path | None) -> Sandbox:
         trial = self.trial
-        labels = sandbox_labels(trial.namespace, trial.name, trial.spec.job_name, self.identity)
+        labels = sandbox_labels(
+            trial.namespace,
+            trial.name,
+            trial.spec.job_name,
+            self.identity,
+            preserved=trial.spec.preserve_env,
+        )
         request = SandboxRequest(trial.namespace, trial.name, trial.spec, labels, task_dir)
         starting = asyncio.ensure_future(self.provider.start(request))
         try:
@@ -244,6 +255,15 @@ class TrialRun:
             max_infra_retries=self.trial.max_infra_retries,
         )
         assert isinstance(action, PatchStatus)  # a termination message always finishes a trial
+        cost = await self._cost()
+        if cost is not None:
+            action.status["cost"] = cost
+            if action.record is not None:
+                action.record.result.cost = cost
+            else:  # into the runner's result.json, as the operator sets a Pod's
+                key = self.trial.place.result_key(self.trial.entry.key)
+                record_cost = RecordCost(self.trial.spec.storage, key, cost)
+                await asyncio.to_thread(set_cost, self.store, record_cost)
         await self._apply(action)
 
     async def _fail(self, error_type: ErrorType, message: str, *, in_setup: bool) -> None:
@@ -255,18 +275,37 @@ class TrialRun:
             error_type,
             message,
             datetime.now(UTC),
-            cost=None,
+            cost=await self._cost(),
             tries=self.try_number,
             created_at=self.trial.entry.created_at,
             in_setup=in_setup,
         )
         await self._apply(action)
 
+    async def _cost(self) -> float | None:
+        """The trial's cost with this try's: its sandbox's life at the provider's prices, or what
+        the provider reports; a try whose sandbox never started costs nothing."""
+        this: float | None = None
+        sandbox = self.sandbox
+        if sandbox is not None:
+            reported = await sandbox.reported_cost()
+            resources = self.trial.spec.resources
+            now = datetime.now(UTC)
+            this = try_cost(
+                resources, self.prices, started=self.began, ended=now, reported=reported
+            )
+        elif self.prices is not None:
+            this = 0.0
+        return add_costs(self.trial.entry.cost, this)
+
     async def _apply(self, action: PatchStatus) -> None:
         if action.record is not None:
             await asyncio.to_thread(write_record, self.store, action.record)
         status = {k: v for k, v in action.status.items() if k != "podName"}  # no Pod
-        if await self.api.patch_trial_status(self.trial.namespace, self.trial.name, status) is None:
+        written = await self.api.patch_trial_status_surely(
+            self.trial.namespace, self.trial.name, status
+        )
+        if written is None:
             log.info("trial %s/%s is gone: its status is not written", *self._names())
         else:
             log.info("trial %s/%s ends %s", *self._names(), status.get("phase"))

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 from collections.abc import Mapping
 
 from pydantic import Field, ValidationError, field_validator
 
 from rollout.api.base import ApiModel
-from rollout.api.environment import EnvironmentType
+from rollout.api.environment import DOCKER_HOST_PATTERN, EnvironmentType
 from rollout.api.job_settings import LogLevel
 from rollout.api.storage import StorageLocation
+from rollout.bridge.cost import parse_provider_prices
 from rollout.controller.options import OPERATOR_SETTINGS, STORAGE_SETTINGS
-from rollout.settings import Setting, comma_list
+from rollout.controller.prices import UnitPrices
+from rollout.settings import Setting, comma_list, resolve
 from rollout.storage import StorageCredentials
 from rollout.storage.settings import BUCKET, read_credentials, read_location
 
@@ -55,6 +58,41 @@ IDENTITY = Setting(
     "(default: the host name)",
     metavar="NAME",
 )
+
+
+def _docker_hosts(text: str) -> list[str]:
+    hosts = comma_list(text)
+    for host in hosts:
+        if not re.match(DOCKER_HOST_PATTERN, host):
+            raise ValueError(f"{host!r} is not tcp://HOST:PORT or ssh://USER@HOST[:PORT]")
+    return hosts
+
+
+DOCKER_HOSTS = Setting(
+    "docker_hosts",
+    "ROLLOUT_BRIDGE_DOCKER_HOSTS",
+    "--docker-host",
+    "remote Docker engines to clear of this bridge's leftover containers at start (those of "
+    "trials deleted while it was down), beside the engines of the trials it sees",
+    _docker_hosts,
+    "ADDRESS",
+    repeatable=True,
+)
+
+
+def _prices(text: str) -> dict[str, UnitPrices]:
+    return parse_provider_prices(text, [t.value for t in BRIDGE_TYPES])
+
+
+UNIT_PRICES = Setting(
+    "unit_prices",
+    "ROLLOUT_BRIDGE_UNIT_PRICES",
+    "--unit-prices",
+    'unit prices per provider, JSON: {"modal": {"cpu": 0.047, "memory": 0.008}} (per core-hour, '
+    "GiB-hour, device-hour as the operator's ROLLOUT_UNIT_PRICES); none: trials' cost null",
+    _prices,
+    "JSON",
+)
 LIMITS = Setting(
     "limits",
     "ROLLOUT_BRIDGE_LIMITS",
@@ -73,6 +111,8 @@ SETTINGS: tuple[Setting, ...] = (
     IDENTITY,
     _operator_setting("ROLLOUT_NAMESPACES"),
     LIMITS,
+    DOCKER_HOSTS,
+    UNIT_PRICES,
     _operator_setting("ROLLOUT_HEALTH_PORT"),
     _operator_setting("ROLLOUT_LOG_LEVEL"),
     *(
@@ -94,6 +134,12 @@ class BridgeSettings(ApiModel):
     )
     limits: dict[str, int] = Field(
         default_factory=dict, description="Trials at once per provider; absent: DEFAULT_LIMIT."
+    )
+    docker_hosts: list[str] = Field(
+        default_factory=list, description="Engines swept for leftovers from the start."
+    )
+    unit_prices: dict[str, UnitPrices] = Field(
+        default_factory=dict, description="Unit prices by provider; absent: cost unknown."
     )
     health_port: int = Field(8080, ge=1, le=65535, description="/healthz port.")
     log_level: LogLevel = Field(LogLevel.INFO, description="Log level.")
@@ -126,8 +172,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def from_args(args: argparse.Namespace | None, environ: Mapping[str, str]) -> BridgeSettings:
     """The settings from flags over the variables of `environ`; InvalidInput naming each bad
     value where it was written."""
-    from rollout.settings import resolve
-
     resolved = resolve(SETTINGS, environ, args)
     values = {
         name: value

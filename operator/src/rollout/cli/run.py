@@ -74,8 +74,8 @@ EPILOG = """\
 environment.type: docker (job.yaml's default) runs each trial as a Pod in the cluster, the
 same as kubernetes; with environment.docker_host (tcp://HOST:PORT or ssh://USER@HOST), the
 cluster's bridge controller (rollout-bridge) runs each trial's container on that remote Docker
-engine instead. modal, daytona and e2b have no bridge provider yet: such a job is refused
-before anything is created.
+engine instead; modal, daytona and e2b run each trial in a sandbox of that provider, through
+the same bridge (which needs the provider's SDK and credentials).
 
 With --local the job runs on this machine instead: environment.type docker in containers of a
 local Docker-compatible engine (DOCKER_HOST respected; Podman's API service works too), local in

@@ -70,8 +70,18 @@ def pod_cost(
     started = pod_started_at(pod)
     if started is None or ended_at <= started:
         return 0.0
-    hours = Decimal(repr((ended_at - started).total_seconds())) / _SECONDS_PER_HOUR
-    cost = _rate(pod_requests(pod), prices) * hours
+    return running_cost(pod_requests(pod), prices, started=started, ended=ended_at)
+
+
+def running_cost(
+    requests: Mapping[str, Decimal], prices: UnitPrices, *, started: datetime, ended: datetime
+) -> float:
+    """What `requests` (base units by resource name: cores, bytes, devices) cost from `started`
+    to `ended` at `prices`, rounded to 6 decimals; 0 when `ended` is not after `started`."""
+    if ended <= started:
+        return 0.0
+    hours = Decimal(repr((ended - started).total_seconds())) / _SECONDS_PER_HOUR
+    cost = _rate(requests, prices) * hours
     return float(cost.quantize(COST_DECIMALS, rounding=ROUND_HALF_EVEN))
 
 

@@ -24,7 +24,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from rollout.api.base import ApiModel
-from rollout.api.environment import DockerHost, EnvironmentType
+from rollout.api.environment import DockerHost, EnvironmentType, SecretName
 from rollout.api.failures import FailureClass
 from rollout.api.job_settings import LogLevel
 from rollout.api.network import TrialEgress
@@ -94,6 +94,12 @@ class RolloutTrialSpec(ApiModel):
         None,
         exclude_if=lambda v: v is None,
         description="type docker: the remote Docker engine the bridge runs the trial on.",
+    )
+    provider_secret: SecretName | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="A cloud provider's trial: the Secret (in the trial's namespace) whose keys "
+        "are the provider's credentials, over the bridge's own.",
     )
     force_build: bool = Field(
         False,

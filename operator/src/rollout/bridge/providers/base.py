@@ -29,19 +29,27 @@ LABEL_BRIDGE = "rollout.dev/bridge"
 """The identity of the bridge that started a sandbox (`BridgeSettings.identity`)."""
 LABEL_NAMESPACE = "rollout.dev/namespace"
 """The namespace of the sandbox's RolloutTrial."""
+LABEL_PRESERVED = "rollout.dev/preserved"
+"""On a sandbox kept after its trial (preserveEnv)."""
 BRIDGE_COMPONENT = "bridge-sandbox"
 """The component label of every sandbox a bridge starts."""
 
 
-def sandbox_labels(namespace: str, trial_name: str, job_name: str, bridge: str) -> dict[str, str]:
-    """The labels of a trial's sandbox: which trial, which job, which bridge."""
-    return {
+def sandbox_labels(
+    namespace: str, trial_name: str, job_name: str, bridge: str, *, preserved: bool = False
+) -> dict[str, str]:
+    """The labels of a trial's sandbox: which trial, which job, which bridge, and whether it is
+    kept after the trial (the job's preserveEnv: no sweep removes it)."""
+    labels = {
         LABEL_COMPONENT: BRIDGE_COMPONENT,
         LABEL_NAMESPACE: label_value(namespace),
         LABEL_TRIAL: label_value(trial_name),
         LABEL_JOB: label_value(job_name),
         LABEL_BRIDGE: label_value(bridge),
     }
+    if preserved:
+        labels[LABEL_PRESERVED] = "true"
+    return labels
 
 
 class ProviderError(SandboxStartFailed):
@@ -83,6 +91,11 @@ class Sandbox(Environment):
     async def terminate(self) -> None:
         """End the sandbox and remove it. Idempotent: safe in any state, and after `stop`."""
 
+    async def reported_cost(self) -> float | None:
+        """What the provider says the sandbox cost so far, where it says (None: it does not;
+        the bridge's unit prices apply)."""
+        return None
+
 
 @dataclass(frozen=True)
 class OwnedSandbox:
@@ -90,7 +103,17 @@ class OwnedSandbox:
 
     sandbox_id: str
     namespace: str
+    """The `LABEL_NAMESPACE` label (a label value: `label_value` of the namespace)."""
     trial_name: str
+    """The `LABEL_TRIAL` label (`label_value` of the trial's name)."""
+    preserved: bool = False
+
+    def of_trial(self, namespace: str, trial_name: str) -> bool:
+        """Whether it is the sandbox of that trial."""
+        return (self.namespace, self.trial_name) == (
+            label_value(namespace),
+            label_value(trial_name),
+        )
 
 
 class Provider(abc.ABC):

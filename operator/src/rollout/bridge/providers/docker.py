@@ -36,6 +36,7 @@ from rollout.bridge.providers.base import (
     BRIDGE_COMPONENT,
     LABEL_BRIDGE,
     LABEL_NAMESPACE,
+    LABEL_PRESERVED,
     OwnedSandbox,
     Provider,
     ProviderError,
@@ -249,10 +250,12 @@ class DockerProvider(Provider):
         return [
             OwnedSandbox(
                 sandbox_id=str(row["Id"]),
-                namespace=(row.get("Labels") or {}).get(LABEL_NAMESPACE, ""),
-                trial_name=(row.get("Labels") or {}).get(LABEL_TRIAL, ""),
+                namespace=labels.get(LABEL_NAMESPACE, ""),
+                trial_name=labels.get(LABEL_TRIAL, ""),
+                preserved=labels.get(LABEL_PRESERVED) == "true",
             )
             for row in rows
+            for labels in [row.get("Labels") or {}]
         ]
 
     async def terminate(self, sandbox_id: str) -> None:

@@ -2,16 +2,15 @@
 execs, files go in and out as tar archives (`docker.DockerProvider` starts it).
 
 An exec cannot be killed or waited for with a timeout through the API, and reading its output
-would hold a thread for as long as the command runs. So a command runs under a small wrapper
-(`RUN_WRAPPER`) that starts it in a session of its own and keeps, in a directory of the run's
-own, the session's id, the command's output and, last, its exit status (`rc`), as a trial Pod's
-shim does in its control directory. The run directories are in `PRIVATE_DIR`, open to every
-user as /tmp is; each is its user's alone. The exec's stream is held open, unread, while the
-bridge polls for `rc` (one archive request each time; an exec's own state is not to be trusted:
-Podman 4 reports a detached one running for ever) until it is there or the command's time is
-up; then a second exec as root (`KILL_SCRIPT`) ends the session, TERM first and KILL after a
-grace, and a last one reads the output back and removes the directory. Env values travel in the
-exec's environment, never on a command line, in a label or in a message.
+would hold a thread for as long as the command runs. So a command runs under
+`scripts.RUN_WRAPPER`, which keeps its session's id, output and, last, its exit status (`rc`) in
+a run directory of `PRIVATE_DIR` (open to every user as /tmp is; each run directory is its
+user's alone). The exec's stream is held open, unread, while the bridge polls for `rc` (one
+archive request each time; an exec's own state is not to be trusted: Podman 4 reports a detached
+one running for ever) until it is there or the command's time is up; then a second exec as root
+(`scripts.KILL_SCRIPT`) ends the session, and a last one (`FETCH_SCRIPT`) reads the output back
+and removes the directory. Env values travel in the exec's environment, never on a command line,
+in a label or in a message. Files go in and out as tar archives (`archives`).
 
 docker-py is synchronous: every call to the engine runs in a thread.
 """
@@ -29,13 +28,32 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 
-from rollout.bridge.providers.base import (
-    Sandbox,
+from rollout.bridge.providers.archives import (
+    TRANSFER_TIMEOUT_SEC,
+    make_directory,
+    pack,
+    placement,
+    unstage_archive,
+)
+from rollout.bridge.providers.base import Sandbox
+from rollout.bridge.providers.scripts import (
+    IDS_SCRIPT,
+    KILL_SCRIPT,
+    PRIVATE_DIR,
+    RESPONSE_TIMEOUT_SEC,
+    RUN_WRAPPER,
+    check_run,
+    check_survivors,
+    cwd_argument,
+    parse_ids,
+)
+from rollout.bridge.providers.scripts import (
+    KILL_GRACE_SEC as KILL_GRACE_SEC,  # the docker provider's default, as this sandbox's
 )
 from rollout.local.engine import LOGS_DIR
 from rollout.local.engine_images import engine_error_text
@@ -46,28 +64,15 @@ from rollout_runner.environment import (
     ExecResult,
     FileTransferError,
 )
-from rollout_runner.shim_requests import encode_env
-from rollout_runner.transfer import (
-    USER_NAME,
-    after_prepare,
-    check_container_path,
-    check_put,
-    check_transfer,
-    unstage,
-)
+from rollout_runner.transfer import check_container_path, check_put, check_transfer
 
 log = logging.getLogger(__name__)
 
 
 T = TypeVar("T")
 
-PRIVATE_DIR = "/.rollout-bridge"
-"""The bridge's directory in the container: each run's pid and output files."""
 ROOT = "0"
 """The exec user of the bridge's own kills and ownership changes."""
-KILL_GRACE_SEC = 5.0
-RESPONSE_TIMEOUT_SEC = 30.0
-TRANSFER_TIMEOUT_SEC = 600.0
 STOP_TIMEOUT_SEC = 10
 # Polling an exec: every few ms while most commands finish, then gently.
 _POLL_FIRST_SEC = 0.005
@@ -76,62 +81,6 @@ _POLL_FAST_PHASE_SEC = 2.0
 _POLL_MAX_SEC = 1.0
 _STATE_CHECK_SEC = 5.0
 """While a command runs, how often the bridge also checks that the container does."""
-
-# $1: the run's directory, $2: the working directory (empty: the container's), $3: the command.
-# The command runs in a session of its own (setsid, where there is one) that KILL_SCRIPT ends;
-# rc, written last by a rename, holds its exit status: 128+N when signal N killed it.
-RUN_WRAPPER = """r=$1
-mkdir -m 700 "$r" || exit 125
-fin() { echo $1 >"$r/rc.t" && mv -f "$r/rc.t" "$r/rc"; exit $1; }
-if [ -n "$2" ]; then cd "$2" 2>>"$r/err" || fin 126; fi
-S=; command -v setsid >/dev/null 2>&1 && S=setsid
-$S /bin/sh -c "$3" </dev/null >>"$r/out" 2>>"$r/err" &
-k=$!; echo $k >"$r/pid"
-wait $k; fin $?"""
-
-# $1: `all` (every process but PID 1 and this one) or a run's directory (its session or group,
-# its first process and their children); $2: the grace in ms between TERM and KILL. Done when
-# no process it signalled lives on (for a run: when none of the run is left); prints the
-# survivors of 100 rounds of KILL otherwise. A process born since (PID 1's next sleep) is none.
-KILL_SCRIPT = """if sleep 0.05 2>/dev/null; then P=0.05 D=50; else P=1 D=1000; fi
-K=all
-if [ "$1" != all ]; then
-  n=$((5000 / D)); K=
-  while [ ! -s "$1/pid" ] && [ $n -gt 0 ]; do sleep $P; n=$((n - 1)); done
-  [ -s "$1/pid" ] && read -r K <"$1/pid"
-  case $K in ""|*[!0-9]*) exit 0 ;; esac
-fi
-pick() {
-  T=" "; m=
-  while [ "$m" != "$T" ]; do m=$T
-    for f in /proc/[0-9]*/stat; do
-      { read -r l <"$f"; } 2>/dev/null || continue
-      p=${f#/proc/}; p=${p%/stat}
-      case $T in *" $p "*) continue ;; esac
-      set -- ${l##*) }
-      case $1 in Z|X|x) continue ;; esac
-      if [ $K = all ]; then
-        if [ $p = 1 ] || [ $p = $$ ]; then continue; fi
-      elif [ "$4" != $K ] && [ "$3" != $K ] && [ $p != $K ]; then
-        case $T in *" $2 "*) ;; *) continue ;; esac
-      fi
-      T="$T$p "
-    done
-  done
-}
-over() {
-  U=; for p in $S; do case $T in *" $p "*) U="$U $p" ;; esac; done
-  if [ $K = all ]; then [ -z "$U" ]; else [ "$T" = " " ]; fi
-}
-pick; [ "$T" = " " ] && exit 0
-S=$T; kill -15 $T 2>/dev/null
-n=$(($2 / D))
-while [ $n -gt 0 ]; do sleep $P; pick; over && exit 0; n=$((n - 1)); done
-n=0
-while [ $n -lt 100 ]; do
-  S=$T; kill -9 $T 2>/dev/null; sleep $P; pick; over && exit 0; n=$((n + 1))
-done
-echo $U; exit 1"""
 
 # $1: a run's directory: its output on stdout and stderr, then the directory removed.
 FETCH_SCRIPT = 'cat "$1/out" 2>/dev/null; cat "$1/err" >&2 2>/dev/null; rm -rf "$1"'
@@ -221,7 +170,7 @@ class DockerSandbox(Sandbox):
             except (docker.errors.DockerException, OSError) as err:
                 reason = engine_error_text(err)
             else:
-                self._owner = _ids(out) or self._owner
+                self._owner = parse_ids(out) or self._owner
                 return
             now = time.monotonic()
             if now >= deadline:
@@ -236,7 +185,7 @@ class DockerSandbox(Sandbox):
         if not state.get("Running"):
             status, code = state.get("Status"), state.get("ExitCode")
             raise _NotRunning(f"its state is {status} (exit code {code})")
-        return self._exec_attached(["/bin/sh", "-c", "id -u; id -g"], "")
+        return self._exec_attached(["/bin/sh", "-c", IDS_SCRIPT], "")
 
     # -- commands ------------------------------------------------------------------------------
 
@@ -249,13 +198,7 @@ class DockerSandbox(Sandbox):
         cwd: str | None = None,
         timeout_sec: float,
     ) -> ExecResult:
-        if "\0" in command:
-            raise ValueError("command must hold no NUL")
-        if user is not None and not USER_NAME.match(user):
-            raise ValueError(f"user must be a user name, got {user!r}")
-        if cwd is not None and ("\0" in cwd or not cwd):
-            raise ValueError(f"cwd must be a non-empty path, got {cwd!r}")
-        encode_env(env)  # names and values checked as for a trial Pod's shim
+        check_run(command, env, user, cwd)
         self._check_not_stopped()
         run_dir = f"{PRIVATE_DIR}/{secrets.token_hex(8)}"
         request = run_request(command, run_dir, env=env, user=user, cwd=cwd)
@@ -348,10 +291,7 @@ class DockerSandbox(Sandbox):
         out, _ = await self._call(
             self._exec_attached, ["/bin/sh", "-c", KILL_SCRIPT, "sh", "all", grace_ms], ROOT
         )
-        if out.strip():
-            raise EnvironmentFailure(
-                f"processes survived SIGKILL in the environment: {out.decode().split()}"
-            )
+        check_survivors(out)
 
     async def stop(self, exit_code: int = 0) -> None:
         if not 0 <= exit_code <= 255:
@@ -391,22 +331,13 @@ class DockerSandbox(Sandbox):
     ) -> None:
         check_put(container_path, owner)
         what = f"copying {local_path} to {container_path} in the environment"
-        is_dir = await asyncio.to_thread(local_path.is_dir)
-        if not is_dir and not await asyncio.to_thread(local_path.is_file):
-            raise FileTransferError(f"{local_path} is neither a file nor a directory")
-        target = PurePosixPath(container_path)
-        directory = target if is_dir else target.parent
-        make = f"mkdir -p {shlex.quote(str(directory))}"
-        result = await self.run(
-            make if prepare is None else after_prepare(prepare, make),
-            timeout_sec=self.transfer_timeout_sec,
+        directory, file_name = await placement(local_path, container_path)
+        await make_directory(
+            self, directory, prepare=prepare, timeout_sec=self.transfer_timeout_sec, what=what
         )
-        check_transfer(result, f"preparing for and {what}" if prepare is not None else what)
         try:
             with tempfile.TemporaryFile() as archive:
-                await asyncio.to_thread(
-                    _pack, local_path, None if is_dir else target.name, self._owner, archive
-                )
+                await asyncio.to_thread(pack, local_path, file_name, self._owner, archive)
                 await self._call(
                     self.client.api.put_archive, self.container_id, str(directory), archive
                 )
@@ -438,10 +369,7 @@ class DockerSandbox(Sandbox):
             with archive.open("wb") as out:
                 for chunk in chunks:
                     out.write(chunk)
-            extracted = Path(staging) / "files"
-            extracted.mkdir()
-            _unpack(archive, extracted)
-            unstage(extracted / PurePosixPath(container_path).name, local_path)
+            unstage_archive(archive, PurePosixPath(container_path).name, local_path)
 
     # -- the engine ----------------------------------------------------------------------------
 
@@ -494,18 +422,10 @@ def run_request(
     None), with `env` in the exec's own environment (never on a command line, which every user
     of the container can read)."""
     return {
-        "cmd": ["/bin/sh", "-c", RUN_WRAPPER, "sh", run_dir, _cwd_argument(cwd), command],
+        "cmd": ["/bin/sh", "-c", RUN_WRAPPER, "sh", run_dir, cwd_argument(cwd), command],
         "user": user or "",
         "environment": [f"{name}={value}" for name, value in env.items()] or None,
     }
-
-
-def _cwd_argument(cwd: str | None) -> str:
-    """The wrapper's working directory argument: empty for the container's own; "./" keeps a
-    relative one from meaning `cd -` or searching CDPATH."""
-    if cwd is None:
-        return ""
-    return cwd if cwd.startswith("/") else f"./{cwd}"
 
 
 def _close_stream(stream: Any) -> None:
@@ -524,44 +444,3 @@ def _container_gone(err: docker.errors.NotFound) -> bool:
 
 class _ExecRefused(Exception):
     """The engine would not start an exec (its message says why)."""
-
-
-def _ids(out: bytes) -> tuple[int, int] | None:
-    """The uid and gid `id -u; id -g` printed; None when it printed no such thing (no `id`)."""
-    words = out.split()
-    if len(words) != 2 or not all(word.isdigit() for word in words):
-        return None
-    return int(words[0]), int(words[1])
-
-
-def _pack(
-    local_path: Path, file_name: str | None, owner: tuple[int, int], archive: IO[bytes]
-) -> None:
-    """A tar of `local_path` into `archive`: the file as `file_name`, or a directory's contents,
-    every entry the container's default user's (as a copy that user made)."""
-
-    def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid, info.gid = owner
-        info.uname = info.gname = ""
-        return info
-
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        if file_name is not None:
-            tar.add(local_path, arcname=file_name, filter=owned)
-        else:
-            for child in sorted(local_path.iterdir()):
-                tar.add(child, arcname=child.name, filter=owned)
-    archive.seek(0)
-
-
-def _unpack(archive: Path, destination: Path) -> None:
-    """Extract `archive` into `destination`, skipping what the 'data' filter refuses (absolute
-    or escaping paths and links, devices): the environment's files are not to be trusted."""
-    with tarfile.open(archive) as tar:
-        for member in tar:
-            try:
-                safe = tarfile.data_filter(member, str(destination))
-            except tarfile.FilterError as err:
-                log.debug("not copying %s out of the environment: %s", member.name, err)
-                continue
-            tar.extract(safe, destination, filter="fully_trusted")
