@@ -72,6 +72,8 @@ class Bridge:
         self._slots: dict[Key, str] = {}
         self._closing = False
         self._sweeping: asyncio.Task[None] | None = None
+        self._stopping: set[Key] = set()
+        """Trials deleted while this process takes them: their run stops as soon as it exists."""
         self.started: list[Key] = []
         """The trials whose sandbox this process started a try at, in order (a trial twice:
         twice), for the logs and for tests of the claim protocol."""
@@ -87,17 +89,14 @@ class Bridge:
         metadata = body.get("metadata") or {}
         key: Key = (str(metadata.get("namespace")), str(metadata.get("name")))
         run = self.runs.get(key)
-        if deleted:
-            self._forget(key)
-            if run is not None and run[0] is not None:
-                log.info("trial %s/%s deleted: stopping its run", *key)
-                run[0].stop()
-            return
         step = claim.decide(body, self.identity, running_here=run is not None)
-        if step is Step.STOP:
-            assert run is not None
-            if run[0] is not None:
-                run[0].stop()
+        if deleted or step is Step.STOP:
+            self._forget(key)
+            if run is not None:
+                log.info("trial %s/%s deleted: stopping its run", *key)
+                self._stopping.add(key)
+                if run[0] is not None:
+                    run[0].stop()
             return
         if step is Step.IGNORE:
             if run is None:
@@ -134,6 +133,7 @@ class Bridge:
 
     def _done(self, key: Key, _: object = None) -> None:
         self.runs.pop(key, None)
+        self._stopping.discard(key)
         slot = self._slots.pop(key, None)
         if slot is not None:
             self._fill(slot)
@@ -225,6 +225,8 @@ class Bridge:
         )
         task = self.runs[key][1]
         self.runs[key] = (run, task)
+        if key in self._stopping:  # deleted while being claimed: no sandbox, the record only
+            run.stop()
         self.started.append(key)
         await run.run()
 

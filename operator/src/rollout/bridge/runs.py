@@ -152,12 +152,13 @@ class TrialRun:
             try:
                 agent_env = await self._agent_env()
                 task_dir = await self._task_dir(work) if self._builds() else None
-                self.sandbox = await self._start(task_dir)
+                if not self.stopped.is_set():
+                    self.sandbox = await self._start(task_dir)
             except ProviderError as err:
                 if not self.abandoned:
                     await self._fail(err.error_type, err.message, in_setup=True)
                 return
-            if self.stopped.is_set():
+            if self.stopped.is_set() or self.sandbox is None:
                 if not self.abandoned:
                     await self._fail(ErrorType.INTERNAL_ERROR, CANCELLED, in_setup=True)
                 return
