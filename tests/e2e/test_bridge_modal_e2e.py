@@ -1,107 +1,23 @@
-"""The modal provider for real: the oracle solves the offline example task in a Modal sandbox,
-driven by the runner's own `run_trial` as the bridge drives it, its files in a DirectoryStore.
-
-Settings, from the environment: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (required; skipped
-without them or without the `modal` package), MODAL_ENVIRONMENT (optional), and
-ROLLOUT_E2E_TASK_IMAGE (a registry image with sh and tar; debian:bookworm-slim by default).
-The sandbox is terminated at the end whatever happens.
-"""
+"""The modal provider for real (`cloud_kit`): the oracle solves the offline example task in a
+Modal sandbox. MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are required (skipped without them or
+without the `modal` package); MODAL_ENVIRONMENT is optional."""
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 from pathlib import Path
 
 import pytest
+from cloud_kit import oracle_solves_the_task
 
-from rollout.api.layout import task_archive_key
-from rollout.api.resources import RolloutTrialSpec
-from rollout.api.taskdir import task_content_hash
-from rollout.bridge.providers.base import SandboxRequest, sandbox_labels
 from rollout.bridge.providers.modal import CREDENTIAL_VARIABLES, ModalProvider
-from rollout.datasets.bundle import task_archive
-from rollout.storage import DirectoryStore
-from rollout_runner.context import RunnerOptions
-from rollout_runner.spec import AgentEnv
-from rollout_runner.trial import run_trial
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cloud]
 
-TASKS = Path(__file__).resolve().parents[1] / "data" / "tasks"
-IMAGE = os.environ.get("ROLLOUT_E2E_TASK_IMAGE", "debian:bookworm-slim")
 
-
-def trial_spec(content_hash: str) -> RolloutTrialSpec:
-    """The oracle's trial of the offline task, as the operator would write it."""
-    return RolloutTrialSpec.model_validate(
-        {
-            "jobName": "modal-e2e",
-            "agent": {"name": "oracle"},
-            "datasetName": "offline",
-            "taskName": "hello-offline",
-            "attempt": 1,
-            "taskContentHash": content_hash,
-            "image": IMAGE,
-            "workdir": "/app",
-            "resources": {"cpus": "1", "memory": "512Mi", "storage": "1G"},
-            "timeouts": {
-                "agentInstallSec": 120,
-                "agentSec": 120,
-                "verifierSec": 120,
-                "buildSec": 600,
-            },
-            # A RolloutTrial always names a bucket; a DirectoryStore never uses it.
-            "storage": {"bucket": "unused-by-a-directory", "prefix": "e2e"},
-            "runnerImage": "rollout-runner:e2e",
-        }
-    )
-
-
-@pytest.fixture
-async def provider() -> ModalProvider:
+async def test_the_oracle_solves_a_task_in_a_modal_sandbox(tmp_path: Path) -> None:
     missing = [name for name in CREDENTIAL_VARIABLES if not os.environ.get(name)]
     if missing:
         pytest.skip(f"{' and '.join(missing)} not set: the Modal e2e test needs a Modal token")
     pytest.importorskip("modal", reason="the Modal SDK is not installed")
-    return await ModalProvider.connect(os.environ)
-
-
-async def test_the_oracle_solves_a_task_in_a_modal_sandbox(
-    provider: ModalProvider, tmp_path: Path
-) -> None:
-    root = tmp_path / "store"
-    root.mkdir()
-    store = DirectoryStore(root, "e2e")
-    task = TASKS / "hello-offline"
-    content_hash = task_content_hash(task)
-    store.put_bytes(task_archive_key(store.prefix, content_hash), task_archive(task))
-    spec = trial_spec(content_hash)
-    trial = f"modal-e2e-{secrets.token_hex(3)}"
-    labels = sandbox_labels("e2e", trial, spec.job_name, "modal-e2e")
-    sandbox = await provider.start(SandboxRequest("e2e", trial, spec, labels, None))
-    try:
-        report = await run_trial(
-            spec,
-            sandbox,
-            store,
-            agent_env=AgentEnv(),
-            options=RunnerOptions(
-                work_dir=tmp_path / "work",
-                ready_timeout_sec=300.0,
-                upload_timeout_sec=60.0,
-                housekeeping_timeout_sec=60.0,
-            ),
-        )
-        owned = await provider.owned("modal-e2e")
-    finally:
-        await sandbox.terminate()
-        await provider.aclose()
-
-    assert report.result.error is None, report.error_text
-    assert report.result.reward == 1.0
-    assert report.upload_error is None
-    results = list(root.rglob("result.json"))
-    assert [json.loads(path.read_text())["reward"] for path in results] == [1.0]
-    assert any(found.sandbox_id == sandbox.sandbox_id for found in owned)
+    await oracle_solves_the_task(await ModalProvider.connect(os.environ), "modal", tmp_path)

@@ -279,7 +279,7 @@ async def test_two_bridges_on_the_same_trials_run_each_trial_once(
     tmp_path: Path,
 ) -> None:
     store = s3_settings.store()
-    tasks = [f"t{i}" for i in range(6)]
+    tasks = [f"t{i}" for i in range(4)]
     dataset = publish_whole(
         store, make_dataset(tmp_path / "set", tasks, image=test_engine.image), tmp_path / "cache"
     )
@@ -295,7 +295,7 @@ async def test_two_bridges_on_the_same_trials_run_each_trial_once(
         kube.operator(registry=handlers.REGISTRY, memo=two),
     ):
         await kube.create(
-            ROLLOUT_JOBS, remote_job("twice", dataset, engine_address, nConcurrentTrials=6)
+            ROLLOUT_JOBS, remote_job("twice", dataset, engine_address, nConcurrentTrials=4)
         )
         done = await kube.wait_for(lambda: job_phase(kube, "twice", "Completed"), timeout=120)
     assert done is not None

@@ -17,7 +17,7 @@ from typing import Any
 
 import docker
 import pytest
-from bridge_docker_kit import tcp_address
+from bridge_docker_kit import engine_tls, tcp_address
 from engine_kit import READY_TIMEOUT_SEC, EngineUnderTest
 from runner_kit import make_spec, publish_task, trial_objects
 
@@ -551,3 +551,31 @@ async def test_an_agent_that_overruns_is_agent_execution_timeout_and_leaves_no_p
     assert token not in json.dumps(container)
     assert "stubborn" not in processes
     assert "while :" in processes  # preserveEnv: the container's first process still runs
+
+
+async def test_an_engine_that_verifies_tls_is_reached_with_docker_pys_certificate_variables(
+    test_engine: EngineUnderTest, tmp_path: Path
+) -> None:
+    """As `dockerd --tlsverify` at tcp://host:2376: the bridge's DOCKER_TLS_VERIFY and
+    DOCKER_CERT_PATH (the chart's bridge.docker.tlsSecret) reach it; without a client
+    certificate, or with one of another CA, no engine answers, and the trial would say where."""
+    tls = engine_tls(tmp_path / "tls")
+    with tcp_address(test_engine, tls.server) as address:
+        verified = {"DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(tls.client_dir)}
+        provider = await DockerProvider.connect(address, verified)
+        try:
+            sandbox = await provider.start(request_for(spec_for(test_engine.image)))
+            try:
+                await sandbox.wait_ready(READY_TIMEOUT_SEC)
+                result = await sandbox.run("echo over-tls", timeout_sec=30)
+                assert (result.exit_code, result.stdout) == (0, b"over-tls\n")
+            finally:
+                await sandbox.terminate()
+        finally:
+            await provider.aclose()
+        with pytest.raises(ProviderError, match=f"no Docker engine answers at {address}"):
+            await DockerProvider.connect(address, {})  # plain HTTP to a TLS port
+        stranger = engine_tls(tmp_path / "stranger")  # a CA the engine does not trust
+        unknown = {"DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(stranger.client_dir)}
+        with pytest.raises(ProviderError, match=f"no Docker engine answers at {address}"):
+            await DockerProvider.connect(address, unknown)

@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import docker
+import docker.constants
 import docker.errors
+import docker.utils
 
 from rollout.api.environment import DOCKER_HOST_PATTERN
 from rollout.api.errors import ErrorType
@@ -110,13 +112,12 @@ def connect_remote(address: str, environ: Mapping[str, str]) -> docker.DockerCli
         )
     client = None
     try:
-        client = docker.from_env(
-            environment=engine_environment(address, environ),
-            timeout=ENGINE_TIMEOUT_SEC,
-            max_pool_size=CONNECTION_POOL_SIZE,
-            use_ssh_client=over_ssh,
-            use_context=False,
-        )
+        # docker-py's own reading of DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH.
+        settings = docker.utils.kwargs_from_env(environment=engine_environment(address, environ))
+        common = {"timeout": ENGINE_TIMEOUT_SEC, "use_ssh_client": over_ssh, **settings}
+        version = _engine_version(common)
+        client = docker.DockerClient(version=version, max_pool_size=CONNECTION_POOL_SIZE, **common)
+        _ignore_environment(client.api)
         client.ping()
     except (docker.errors.DockerException, OSError) as err:
         if client is not None:
@@ -125,6 +126,25 @@ def connect_remote(address: str, environ: Mapping[str, str]) -> docker.DockerCli
             f"no Docker engine answers at {address}: {engine_error_text(err)}"
         ) from None
     return client
+
+
+def _engine_version(settings: Mapping[str, Any]) -> str:
+    """The engine's API version, asked as docker-py's `version="auto"` asks it, but by a client
+    that reads nothing of the process's environment (`_ignore_environment`). Blocking."""
+    probe = docker.APIClient(version=docker.constants.MINIMUM_DOCKER_API_VERSION, **settings)
+    try:
+        _ignore_environment(probe)
+        return str(probe.version(api_version=False)["ApiVersion"])
+    finally:
+        probe.close()
+
+
+def _ignore_environment(api: docker.APIClient) -> None:
+    """Let the engine's connection be only what its settings say. requests (under docker-py)
+    otherwise lets REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE replace the engine's own CA
+    (DOCKER_CERT_PATH/ca.pem), which then refuses the engine's certificate, and sends the
+    engine's requests through HTTP(S)_PROXY."""
+    api.trust_env = False
 
 
 def start_error_type(err: BaseException) -> ErrorType:
