@@ -30,6 +30,7 @@ from test_chart import (
 )
 
 from kubeharness.kubelet import container_env
+from rollout.bridge.controller import STOP_GRACE_SEC
 from rollout.bridge.settings import from_env
 
 BRIDGE = f"{RELEASE}-bridge"
@@ -361,6 +362,11 @@ def test_cloud_credentials_come_from_the_named_secret_as_variables() -> None:
     assert "envFrom" not in container(render(ENABLED))
     named = container(render(with_bridge("", {"providerSecret": "cloud-keys"})))
     assert named["envFrom"] == [{"secretRef": {"name": "cloud-keys"}}]
+
+
+def test_a_stopping_bridge_has_the_time_to_end_its_sandboxes() -> None:
+    grace = pod_spec(render(ENABLED))["terminationGracePeriodSeconds"]
+    assert grace > STOP_GRACE_SEC + 15  # kopf's own stop and the process's exit besides
 
 
 def test_image_defaults_to_the_operators_and_can_be_its_own() -> None:
