@@ -17,11 +17,13 @@ import docker
 import kopf
 import kubernetes.client
 from engine_kit import EngineUnderTest
+from prometheus_client import CollectorRegistry
 from s3_kit import S3Settings
 
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
 from loopback import free_port, healthz_answers
+from rollout.bridge.metrics import BridgeMetrics
 from rollout.bridge.providers.base import BRIDGE_COMPONENT, LABEL_BRIDGE
 from rollout.bridge.settings import BridgeSettings
 from rollout.controller.prices import UnitPrices
@@ -65,6 +67,7 @@ def bridge_memo(
         api_client=kubernetes.client.ApiClient(configuration),
         environ={},
         work_root=work_root,
+        metrics=BridgeMetrics(CollectorRegistry()),  # several bridges share the test's process
     )
 
 
@@ -94,6 +97,7 @@ class BridgeProcess:
         self.log_path = workdir / "bridge.log"
         self.process: asyncio.subprocess.Process | None = None
         self._health_port = 0
+        self.metrics_port = 0
 
     def _env(self) -> dict[str, str]:
         kubeconfig = self.kube.write_kubeconfig(
@@ -116,6 +120,7 @@ class BridgeProcess:
             "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
             "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
             "ROLLOUT_HEALTH_PORT": str(self._health_port),
+            "ROLLOUT_METRICS_PORT": str(self.metrics_port),
             "ROLLOUT_LOG_LEVEL": "info",
         }
 
@@ -123,6 +128,7 @@ class BridgeProcess:
         """Start it and return once its /healthz answers (kopf is up)."""
         assert self.process is None or self.process.returncode is not None
         self._health_port = free_port()
+        self.metrics_port = free_port()
         script = Path(sys.executable).parent / "rollout-bridge"
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
@@ -151,6 +157,16 @@ class BridgeProcess:
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self.process.wait(), timeout=90)
+
+    async def metrics(self) -> str:
+        """What its /metrics says now."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.metrics_port)
+        try:
+            writer.write(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            await writer.drain()
+            return (await asyncio.wait_for(reader.read(), timeout=5)).decode()
+        finally:
+            writer.close()
 
     def log_tail(self, lines: int = 80) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -131,6 +131,19 @@ async def test_a_remote_docker_job_runs_on_the_engine_with_the_seeds_outcomes(
     job_result = JobResult.from_json(store.get_bytes("jobs/remote/result.json"))
     assert (job_result.total_trials, job_result.completed_trials) == (3, 1)
     assert job_result.total_cost == pytest.approx(sum(r.cost or 0 for r in (a, b, c)))
+    registry = memo.metrics.registry
+    docker = {"provider": "docker"}
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(f"rollout_bridge_{name}", {**docker, **labels})
+
+    assert sample("trials_claimed_total") == 3
+    assert sample("tries_started_total", retry="false") == 3
+    assert sample("trials_finished_total", phase="Succeeded", error_type="") == 1
+    for error in ("verifier_failed", "agent_execution_timeout"):
+        assert sample("trials_finished_total", phase="Failed", error_type=error) == 1
+    assert sample("runs") == 0
+    assert sample("sandbox_start_seconds_count") == 3
     assert sorted(memo.bridge.started) == [
         (kube.namespace, trial("remote", t)) for t in sorted("abc")
     ]
@@ -267,6 +280,8 @@ async def test_a_restarted_bridge_removes_the_containers_of_trials_deleted_while
             )
             # ... by the sweep at the start, which says so once the engine has removed it.
             await kube.wait_for(lambda: _logged(process, "ended leftover sandbox"), timeout=10)
+            swept = 'rollout_bridge_leftover_sandboxes_ended_total{provider="docker"} 1.0'
+            assert swept in (await process.metrics()).splitlines()
         finally:
             await process.kill()
 

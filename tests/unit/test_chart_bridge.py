@@ -143,13 +143,16 @@ def test_enabling_the_bridge_adds_its_objects_and_changes_nothing_else(rendered:
             "Role/rl",
             "RoleBinding/evals",
             "RoleBinding/rl",
+            f"Service/{NAMESPACE}",  # its metrics
             f"ServiceAccount/{NAMESPACE}",
+            f"ServiceMonitor/{NAMESPACE}",  # this scenario's metrics.serviceMonitor.enabled
         ]
     else:
         assert kinds == [
             "ClusterRole/",
             "ClusterRoleBinding/",
             f"Deployment/{NAMESPACE}",
+            f"Service/{NAMESPACE}",
             f"ServiceAccount/{NAMESPACE}",
         ]
 
@@ -220,7 +223,10 @@ def test_limits_from_a_values_file() -> None:
 def test_health_port_probes_and_log_level() -> None:
     rendered = scenario("default")
     bridge = container(rendered)
-    assert bridge["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    assert bridge["ports"] == [
+        {"name": "health", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+    ]
     operator = rendered.operator["spec"]["template"]["spec"]["containers"][0]
     for probe in ("livenessProbe", "readinessProbe"):
         assert bridge[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -367,6 +373,24 @@ def test_cloud_credentials_come_from_the_named_secret_as_variables() -> None:
 def test_a_stopping_bridge_has_the_time_to_end_its_sandboxes() -> None:
     grace = pod_spec(render(ENABLED))["terminationGracePeriodSeconds"]
     assert grace > STOP_GRACE_SEC + 15  # kopf's own stop and the process's exit besides
+
+
+def test_the_bridges_metrics_are_served_and_scraped_as_the_operators_are() -> None:
+    rendered = render(ENABLED)
+    variables = env(rendered)
+    assert from_env(variables).metrics_port == int(variables["ROLLOUT_METRICS_PORT"])
+    port = {p["name"]: p["containerPort"] for p in container(rendered)["ports"]}["metrics"]
+    assert port == int(variables["ROLLOUT_METRICS_PORT"])
+    [service] = [o for o in bridge_objects(rendered) if o["kind"] == "Service"]
+    assert service["spec"]["selector"] == deployment(rendered)["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    monitored = render({**ENABLED, "metrics": {"serviceMonitor": {"enabled": True}}})
+    monitors = [o for o in monitored.objects if o["kind"] == "ServiceMonitor"]
+    selectors = [m["spec"]["selector"]["matchLabels"] for m in monitors]
+    assert service["spec"]["selector"] in selectors  # the operator's and the bridge's
+    assert len(monitors) == 2
 
 
 def test_image_defaults_to_the_operators_and_can_be_its_own() -> None:

@@ -21,11 +21,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from rollout.bridge import claim
 from rollout.bridge.claim import Step
 from rollout.bridge.kube import BridgeApi, ClaimOutcome, SecretMissing
+from rollout.bridge.metrics import BridgeMetrics
 from rollout.bridge.providers.base import Provider, ProviderError
 from rollout.bridge.providers.registry import Providers, provider_key
 from rollout.bridge.runs import TrialRef, TrialRun, keep_lost_try, lost_try, retries_exhausted
@@ -58,8 +60,10 @@ class Bridge:
         providers: Providers,
         *,
         work_root: Path | None = None,
+        metrics: BridgeMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or BridgeMetrics(CollectorRegistry())
         self.api = api
         self.providers = providers
         self.work_root = work_root
@@ -114,6 +118,15 @@ class Bridge:
     def _forget(self, key: Key) -> None:
         for queue in self.waiting.values():
             queue.pop(key, None)
+        self._count_waiting()
+
+    def _count_waiting(self) -> None:
+        counts: dict[str, int] = {}
+        for slot, queue in self.waiting.items():
+            kind = slot.split()[0]
+            counts[kind] = counts.get(kind, 0) + len(queue)
+        for kind, count in counts.items():
+            self.metrics.waiting.labels(kind).set(count)
 
     def _active(self, slot: str) -> int:
         return sum(1 for s in self._slots.values() if s == slot)
@@ -130,6 +143,7 @@ class Bridge:
             task = asyncio.create_task(self._take(key, body), name=f"bridge {key[0]}/{key[1]}")
             self.runs[key] = (None, task)
             task.add_done_callback(partial(self._done, key))
+        self._count_waiting()
 
     def _done(self, key: Key, _: object = None) -> None:
         self.runs.pop(key, None)
@@ -204,6 +218,8 @@ class Bridge:
             current = await self.api.get_trial(*key)
             if outcome is ClaimOutcome.CLAIMED and current is not None:
                 log.info("claimed trial %s/%s", *key)
+                kind = str((current.get("spec") or {}).get("environmentType") or "")
+                self.metrics.claimed.labels(kind).inc()
         log.warning("trial %s/%s kept changing while being claimed: left for later", *key)
         return None
 
@@ -228,7 +244,16 @@ class Bridge:
         if key in self._stopping:  # deleted while being claimed: no sandbox, the record only
             run.stop()
         self.started.append(key)
-        await run.run()
+        kind = trial.spec.environment_type.value
+        retry = "true" if trial.entry.infra_retries else "false"
+        self.metrics.tries.labels(kind, retry).inc()
+        with self.metrics.runs.labels(kind).track_inprogress():
+            await run.run()
+        if run.start_seconds is not None:
+            self.metrics.sandbox_start.labels(kind).observe(run.start_seconds)
+        if run.outcome is not None:
+            error = (run.outcome.get("error") or {}).get("type") or ""
+            self.metrics.finished.labels(kind, run.outcome.get("phase") or "", error).inc()
 
     async def _provider(self, trial: TrialRef) -> Provider:
         """The trial's provider, signed in with its job's provider Secret where it names one
@@ -300,6 +325,7 @@ class Bridge:
                 log.info(
                     "ended leftover sandbox %s (trial %s)", sandbox.sandbox_id, sandbox.trial_name
                 )
+                self.metrics.swept.labels(provider.name).inc()
                 ended += 1
         return ended
 

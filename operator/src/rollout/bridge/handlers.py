@@ -12,7 +12,8 @@ a bridge side by side, and each must run only its own handlers.
 - cleanup: `Bridge.close`, which abandons the runs under way for the next process to take.
 
 The memo may bring `settings` (BridgeSettings), `api_client` (a kubernetes ApiClient),
-`environ` (the variables providers read) and `work_root` (where runs keep their scratch files).
+`environ` (the variables providers read), `work_root` (where runs keep their scratch files) and
+`metrics` (BridgeMetrics, in a registry of its own where several bridges share a process).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rollout.api.resources import GROUP, VERSION, RolloutTrial
 from rollout.bridge.claim import for_bridge
 from rollout.bridge.controller import Bridge
 from rollout.bridge.kube import BridgeApi
+from rollout.bridge.metrics import BridgeMetrics
 from rollout.bridge.providers.registry import Providers
 from rollout.bridge.settings import BridgeSettings, from_env
 from rollout.controller.kubeapi import default_api_client
@@ -60,7 +62,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # The operator's metrics object only counts this client's writes: a registry of its own.
     api = BridgeApi(api_client, metrics=OperatorMetrics(CollectorRegistry()))
     environ = memo.get("environ") or dict(os.environ)
-    memo.bridge = Bridge(config, api, Providers(environ), work_root=memo.get("work_root"))
+    metrics = memo.get("metrics") or BridgeMetrics()
+    memo.bridge = Bridge(
+        config, api, Providers(environ), work_root=memo.get("work_root"), metrics=metrics
+    )
     memo.bridge.start_sweeping()
     log.info("bridge %s starts", config.identity)
 

@@ -1,7 +1,8 @@
 """`rollout-bridge`: the bridge controller process.
 
 Reads its settings from flags and ROLLOUT_* variables (`settings.py`), configures logging as
-the operator does, and runs kopf with the bridge's handlers (`handlers.REGISTRY`): cluster-wide
+the operator does, serves Prometheus metrics on the metrics port (/metrics, `metrics.py`), and
+runs kopf with the bridge's handlers (`handlers.REGISTRY`): cluster-wide
 or in the configured namespaces, standalone, with kopf's liveness endpoint on the health port
 (/healthz). SIGTERM stops it gracefully: the runs under way are abandoned with their sandboxes
 ended, and the next process under the same identity runs those trials again.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import kopf
+from prometheus_client import start_http_server
 
 from rollout.api.errors import InvalidInput
 from rollout.bridge import handlers
@@ -56,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
+    start_http_server(settings.metrics_port)
     asyncio.run(bridge(settings))
     return 0
 

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -134,6 +135,10 @@ class TrialRun:
         self.stopped = asyncio.Event()
         self.abandoned = False
         self.sandbox: Sandbox | None = None
+        self.start_seconds: float | None = None
+        """How long the provider took to give the sandbox (None: it never did)."""
+        self.outcome: dict[str, Any] | None = None
+        """The final status this try wrote (None: none, such as when abandoned)."""
 
     def stop(self, *, abandon: bool = False) -> None:
         """End the try early: the runner records internal_error and uploads what it has. With
@@ -232,9 +237,12 @@ class TrialRun:
             preserved=trial.spec.preserve_env,
         )
         request = SandboxRequest(trial.namespace, trial.name, trial.spec, labels, task_dir)
+        asked = time.monotonic()
         starting = asyncio.ensure_future(self.provider.start(request))
         try:
-            return await asyncio.shield(starting)
+            sandbox = await asyncio.shield(starting)
+            self.start_seconds = time.monotonic() - asked
+            return sandbox
         except asyncio.CancelledError:
             # The provider goes on starting it: end what it started, then go.
             with contextlib.suppress(Exception):
@@ -309,6 +317,7 @@ class TrialRun:
         if written is None:
             log.info("trial %s/%s is gone: its status is not written", *self._names())
         else:
+            self.outcome = status
             log.info("trial %s/%s ends %s", *self._names(), status.get("phase"))
 
     async def _end_sandbox(self) -> None:

@@ -113,6 +113,7 @@ SETTINGS: tuple[Setting, ...] = (
     LIMITS,
     DOCKER_HOSTS,
     UNIT_PRICES,
+    _operator_setting("ROLLOUT_METRICS_PORT"),
     _operator_setting("ROLLOUT_HEALTH_PORT"),
     _operator_setting("ROLLOUT_LOG_LEVEL"),
     *(
@@ -141,6 +142,7 @@ class BridgeSettings(ApiModel):
     unit_prices: dict[str, UnitPrices] = Field(
         default_factory=dict, description="Unit prices by provider; absent: cost unknown."
     )
+    metrics_port: int = Field(9090, ge=1, le=65535, description="Prometheus /metrics port.")
     health_port: int = Field(8080, ge=1, le=65535, description="/healthz port.")
     log_level: LogLevel = Field(LogLevel.INFO, description="Log level.")
     storage: StorageLocation | None = Field(
