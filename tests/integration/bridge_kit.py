@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,12 +15,13 @@ import docker
 import kopf
 import kubernetes.client
 from engine_kit import EngineUnderTest
+from operator_kit import ControllerProcess
 from prometheus_client import CollectorRegistry
 from s3_kit import S3Settings
 
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
-from loopback import free_port, healthz_answers
+from rollout.api.names import LABEL_COMPONENT
 from rollout.bridge.metrics import BridgeMetrics
 from rollout.bridge.providers.base import BRIDGE_COMPONENT, LABEL_BRIDGE
 from rollout.bridge.settings import BridgeSettings
@@ -75,9 +74,7 @@ def bridge_containers(engine: EngineUnderTest, identity: str) -> list[dict[str, 
     """The containers (running or not) a bridge of `identity` started on the test engine."""
     client = connect_engine(engine.environ)
     try:
-        filters = {
-            "label": [f"{LABEL_BRIDGE}={identity}", f"rollout.dev/component={BRIDGE_COMPONENT}"]
-        }
+        filters = {"label": [f"{LABEL_BRIDGE}={identity}", f"{LABEL_COMPONENT}={BRIDGE_COMPONENT}"]}
         rows: list[dict[str, Any]] = client.api.containers(all=True, filters=filters)
         return rows
     except docker.errors.DockerException as err:
@@ -86,18 +83,16 @@ def bridge_containers(engine: EngineUnderTest, identity: str) -> list[dict[str, 
         client.close()
 
 
-class BridgeProcess:
-    """`rollout-bridge` as a user runs it (ROLLOUT_* variables, a kubeconfig), started, SIGKILLed
-    and started again; its output appended to `<workdir>/bridge.log`."""
+class BridgeProcess(ControllerProcess):
+    """`rollout-bridge` as a user runs it (ROLLOUT_* variables, a kubeconfig); its output in
+    `<workdir>/bridge.log`."""
+
+    script = "rollout-bridge"
 
     def __init__(self, kube: Kube, workdir: Path, settings: BridgeSettings) -> None:
-        self.kube = kube
+        super().__init__(kube, workdir / "bridge.log")
         self.workdir = workdir
         self.settings = settings
-        self.log_path = workdir / "bridge.log"
-        self.process: asyncio.subprocess.Process | None = None
-        self._health_port = 0
-        self.metrics_port = 0
 
     def _env(self) -> dict[str, str]:
         kubeconfig = self.kube.write_kubeconfig(
@@ -119,44 +114,10 @@ class BridgeProcess:
             "ROLLOUT_STORAGE_PATH_STYLE": "true",
             "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
             "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
-            "ROLLOUT_HEALTH_PORT": str(self._health_port),
+            "ROLLOUT_HEALTH_PORT": str(self.health_port),
             "ROLLOUT_METRICS_PORT": str(self.metrics_port),
             "ROLLOUT_LOG_LEVEL": "info",
         }
-
-    async def start(self, *, ready_timeout: float = 60) -> None:
-        """Start it and return once its /healthz answers (kopf is up)."""
-        assert self.process is None or self.process.returncode is not None
-        self._health_port = free_port()
-        self.metrics_port = free_port()
-        script = Path(sys.executable).parent / "rollout-bridge"
-        with self.log_path.open("ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                str(script),
-                env=self._env(),
-                stdout=log,
-                stderr=log,
-                stdin=asyncio.subprocess.DEVNULL,
-            )
-        await self.kube.wait_for(self._healthy, timeout=ready_timeout, what="the bridge's /healthz")
-
-    async def _healthy(self) -> bool:
-        if self.process is None or self.process.returncode is not None:
-            raise AssertionError(f"the bridge exited:\n{self.log_tail()}")
-        return await healthz_answers(self._health_port)
-
-    async def kill(self) -> None:
-        """SIGKILL: no handler runs, nothing is cleaned up (its containers stay)."""
-        if self.process is not None and self.process.returncode is None:
-            self.process.send_signal(signal.SIGKILL)
-            assert await self.process.wait() == -signal.SIGKILL
-
-    async def terminate(self) -> int:
-        """SIGTERM, as a Deployment's Pod is stopped; its exit status."""
-        assert self.process is not None
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout=90)
 
     async def metrics(self) -> str:
         """What its /metrics says now."""
@@ -167,7 +128,3 @@ class BridgeProcess:
             return (await asyncio.wait_for(reader.read(), timeout=5)).decode()
         finally:
             writer.close()
-
-    def log_tail(self, lines: int = 80) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])

@@ -304,12 +304,74 @@ def most_unfinished(calls: list[ApiCall]) -> int:
 # --- the operator as a process, and a kubelet in the background (the fault tests) -------------
 
 
-class OperatorProcess:
-    """`rollout-operator` as a user runs it (configured by ROLLOUT_* variables, a kubeconfig as
-    the chart's ServiceAccount), started, SIGKILLed and started again; its output appended to
+class ControllerProcess:
+    """A controller's console script as a user runs it (configured by variables, a kubeconfig),
+    started, SIGKILLed and started again; its output appended to `log_path`. A subclass names
+    the script and gives its variables (`_env`), with the health and metrics ports it is given
+    at each start."""
+
+    script = ""
+    """The console script (in this Python's bin directory)."""
+
+    def __init__(self, kube: Kube, log_path: Path) -> None:
+        self.kube = kube
+        self.log_path = log_path
+        self.process: asyncio.subprocess.Process | None = None
+        self.starts = 0
+        self.health_port = 0
+        self.metrics_port = 0
+
+    def _env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _started(self, process: asyncio.subprocess.Process) -> None:
+        """Right after the process is made (before it has imported anything)."""
+
+    async def start(self, *, ready_timeout: float = 60) -> None:
+        """Start it and return once its /healthz answers (kopf is up)."""
+        assert self.process is None or self.process.returncode is not None
+        self.health_port, self.metrics_port = free_port(), free_port()
+        with self.log_path.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                str(Path(sys.executable).parent / self.script),
+                env=self._env(),
+                stdout=log,
+                stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        self._started(self.process)
+        self.starts += 1
+        await self.kube.wait_for(
+            self._healthy, timeout=ready_timeout, what=f"the {self.script}'s /healthz"
+        )
+
+    async def _healthy(self) -> bool:
+        if self.process is None or self.process.returncode is not None:
+            raise AssertionError(f"{self.script} exited:\n{self.log_tail()}")
+        return await healthz_answers(self.health_port)
+
+    async def kill(self) -> None:
+        """SIGKILL: no handler runs, nothing is cleaned up."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL)
+            assert await self.process.wait() == -signal.SIGKILL
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class OperatorProcess(ControllerProcess):
+    """`rollout-operator` as the chart's ServiceAccount runs it; its output in
     `<workdir>/operator.log`. `environ` adds or overrides variables (e.g.
     ROLLOUT_STORAGE_CREDENTIALS_SECRET); `memory_limit` caps its address space in bytes, for a
     test that may drive it out of memory."""
+
+    script = "rollout-operator"
 
     def __init__(
         self,
@@ -320,14 +382,11 @@ class OperatorProcess:
         memory_limit: int | None = None,
         **environ: str,
     ) -> None:
-        self.kube = kube
+        super().__init__(kube, workdir / "operator.log")
         self.workdir = workdir
         self.storage = storage
         self.memory_limit = memory_limit
         self.environ = environ
-        self.log_path = workdir / "operator.log"
-        self.process: asyncio.subprocess.Process | None = None
-        self.starts = 0
 
     def _env(self) -> dict[str, str]:
         credentials = self.storage.credentials
@@ -345,52 +404,17 @@ class OperatorProcess:
             "ROLLOUT_STORAGE_PATH_STYLE": "true",
             "AWS_ACCESS_KEY_ID": credentials.access_key_id.get_secret_value(),
             "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
-            "ROLLOUT_METRICS_PORT": str(free_port()),
-            "ROLLOUT_HEALTH_PORT": str(self._health_port),
+            "ROLLOUT_METRICS_PORT": str(self.metrics_port),
+            "ROLLOUT_HEALTH_PORT": str(self.health_port),
             "ROLLOUT_STATUS_INTERVAL_SEC": "0.2",
             "ROLLOUT_LOG_LEVEL": "info",
             **self.environ,
         }
 
-    async def start(self, *, ready_timeout: float = 60) -> None:
-        """Start it and return once its /healthz answers (kopf is up)."""
-        assert self.process is None or self.process.returncode is not None
-        self._health_port = free_port()
-        script = Path(sys.executable).parent / "rollout-operator"
-        with self.log_path.open("ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                str(script),
-                env=self._env(),
-                stdout=log,
-                stderr=log,
-                stdin=asyncio.subprocess.DEVNULL,
-            )
+    def _started(self, process: asyncio.subprocess.Process) -> None:
         if self.memory_limit is not None:  # long before it has imported kopf
             limit = (self.memory_limit, self.memory_limit)
-            resource.prlimit(self.process.pid, resource.RLIMIT_AS, limit)
-        self.starts += 1
-        await self.kube.wait_for(
-            self._healthy, timeout=ready_timeout, what="the operator's /healthz"
-        )
-
-    async def _healthy(self) -> bool:
-        if self.process is None or self.process.returncode is not None:
-            raise AssertionError(f"the operator exited:\n{self.log_tail()}")
-        return await healthz_answers(self._health_port)
-
-    async def kill(self) -> None:
-        """SIGKILL: no handler runs, nothing is cleaned up."""
-        if self.process is not None and self.process.returncode is None:
-            self.process.send_signal(signal.SIGKILL)
-            assert await self.process.wait() == -signal.SIGKILL
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.returncode is None
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+            resource.prlimit(process.pid, resource.RLIMIT_AS, limit)
 
     async def __aenter__(self) -> OperatorProcess:
         await self.start()

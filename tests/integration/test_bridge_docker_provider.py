@@ -23,8 +23,7 @@ from runner_kit import make_spec, publish_task, trial_objects
 
 from loopback import free_port
 from rollout.api.errors import ErrorType
-from rollout.api.resources import RolloutTrialSpec
-from rollout.api.trial_spec import UNBUILT_IMAGE
+from rollout.api.resources import UNBUILT_IMAGE, RolloutTrialSpec
 from rollout.bridge.providers.base import ProviderError, SandboxRequest, sandbox_labels
 from rollout.bridge.providers.docker import DockerProvider
 from rollout.bridge.providers.docker_sandbox import DockerSandbox

@@ -19,8 +19,8 @@ from s3_kit import S3Settings
 from kubeharness.kube import Kube
 from kubeharness.resources import PODS, ROLLOUT_JOBS, ROLLOUT_TRIALS
 from rollout.api.layout import trial_prefix
+from rollout.api.resources import UNBUILT_IMAGE
 from rollout.api.results import TrialResult
-from rollout.api.trial_spec import UNBUILT_IMAGE
 from rollout.api.trials import trial_resource_name
 
 pytestmark = pytest.mark.integration

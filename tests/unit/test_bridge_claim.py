@@ -14,10 +14,11 @@ from pydantic import ValidationError
 from rollout.api.environment import EnvironmentSettings, EnvironmentType
 from rollout.api.errors import InvalidInput
 from rollout.api.resources import RolloutTrialStatus
-from rollout.bridge.claim import Step, claimant, claimed_status, decide, for_bridge
+from rollout.bridge.claim import Step, claimant, decide, for_bridge
 from rollout.bridge.kube import ANNOTATION_BRIDGE, transient
 from rollout.bridge.providers.base import OwnedSandbox, sandbox_labels
 from rollout.bridge.settings import DEFAULT_LIMIT, from_args, from_env
+from rollout.controller.trial_status import claimed_status
 
 ME = "rollout-bridge"
 

@@ -28,8 +28,7 @@ from typing import Any
 import pytest
 
 from rollout.api.errors import ErrorType
-from rollout.api.resources import RolloutTrialSpec
-from rollout.api.trial_spec import UNBUILT_IMAGE
+from rollout.api.resources import UNBUILT_IMAGE, RolloutTrialSpec
 from rollout.bridge.providers.base import ProviderError, SandboxRequest, sandbox_labels
 from rollout.bridge.providers.daytona import (
     START_TIMEOUT_SEC,

@@ -26,8 +26,7 @@ from modal import exception as modal_errors
 
 from rollout.api.errors import ErrorType
 from rollout.api.names import LABEL_COMPONENT
-from rollout.api.resources import RolloutTrialSpec
-from rollout.api.trial_spec import UNBUILT_IMAGE
+from rollout.api.resources import UNBUILT_IMAGE, RolloutTrialSpec
 from rollout.bridge.providers.base import (
     BRIDGE_COMPONENT,
     LABEL_BRIDGE,

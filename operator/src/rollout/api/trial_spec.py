@@ -13,7 +13,13 @@ from collections.abc import Callable, Sequence
 from rollout.api.errors import ErrorType
 from rollout.api.plan import PlannedShard, PlannedTrial
 from rollout.api.quantity import normalize_cpus, normalize_memory
-from rollout.api.resources import RolloutJob, RolloutTrialSpec, StorageSpec, TrialResources
+from rollout.api.resources import (
+    UNBUILT_IMAGE,
+    RolloutJob,
+    RolloutTrialSpec,
+    StorageSpec,
+    TrialResources,
+)
 from rollout.api.results import TrialError
 from rollout.api.rowrun import EvaluatorSettings, RowItem, RowVerifier, ShardRows
 from rollout.api.rules import ORACLE_AGENT
@@ -21,11 +27,6 @@ from rollout.api.task import TaskConfig
 from rollout.api.taskdir import no_solution_message
 from rollout.api.timeouts import effective_timeouts
 from rollout.api.verifiers import Metric, VerifierChoice
-
-UNBUILT_IMAGE = "unbuilt"
-"""spec.image of a trial whose image must be built and is not named yet (the field is
-required): local mode builds it itself, and on a cluster such a trial fails when it is made
-(no registry, no Dockerfile); one built in the cluster is named (`built`)."""
 
 
 def task_error(planned: PlannedTrial) -> TrialError | None:

@@ -20,17 +20,11 @@ The claim protocol:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from rollout.api.environment import EnvironmentType
 from rollout.api.resources import (
-    Condition,
-    ConditionStatus,
-    RolloutTrialStatus,
-    TrialConditionReason,
-    TrialConditionType,
     TrialPhase,
 )
 from rollout.bridge.kube import ANNOTATION_BRIDGE
@@ -86,28 +80,3 @@ def decide(body: Mapping[str, Any], identity: str, *, running_here: bool) -> Ste
     if owner != identity:
         return Step.IGNORE
     return Step.RETRY if phase(body) == TrialPhase.RUNNING.value else Step.START
-
-
-def claimed_status(
-    identity: str, where: str, now: datetime, *, retry: int = 0, reason: str = ""
-) -> dict[str, Any]:
-    """The status of a trial a bridge runs (`retry`: its infrastructure retry, after `reason`)."""
-    message = f"Bridge {identity} runs the trial on {where}."
-    if retry:
-        message = f"{reason} Retry {retry}: {message}"
-    status = RolloutTrialStatus(
-        phase=TrialPhase.RUNNING,
-        infra_retries=retry,
-        conditions=[
-            Condition(
-                type=TrialConditionType.CLAIMED.value,
-                status=ConditionStatus.TRUE,
-                reason=TrialConditionReason.BRIDGE_CLAIMED.value,
-                message=message,
-                last_transition_time=now.replace(microsecond=0),
-            )
-        ],
-    )
-    return status.model_dump(
-        mode="json", by_alias=True, exclude_none=True, exclude_defaults=retry == 0
-    )

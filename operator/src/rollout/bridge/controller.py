@@ -30,10 +30,17 @@ from rollout.bridge.kube import BridgeApi, ClaimOutcome, SecretMissing
 from rollout.bridge.metrics import BridgeMetrics
 from rollout.bridge.providers.base import Provider, ProviderError
 from rollout.bridge.providers.registry import Providers, provider_key
-from rollout.bridge.runs import TrialRef, TrialRun, keep_lost_try, lost_try, retries_exhausted
+from rollout.bridge.runs import (
+    TrialRef,
+    TrialRun,
+    keep_lost_try,
+    lost_try,
+    retries_exhausted,
+    write_outcome,
+)
 from rollout.bridge.settings import BridgeSettings
 from rollout.controller.buckets import StoreCache
-from rollout.controller.trial_files import write_record
+from rollout.controller.trial_status import claimed_status
 from rollout.storage import ObjectStore, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -171,14 +178,14 @@ class Bridge:
                     await self._exhausted(trial, store, reason)
                     return
                 await keep_lost_try(store, keep)
-                status = claim.claimed_status(
+                status = claimed_status(
                     self.identity, trial.where(), now, retry=retry, reason=reason
                 )
                 trial = TrialRef.of(
                     {**current, "status": {**(current.get("status") or {}), **status}}
                 )
             elif step is Step.START:
-                status = claim.claimed_status(self.identity, trial.where(), now)
+                status = claimed_status(self.identity, trial.where(), now)
             else:
                 return
             if await self.api.patch_trial_status(key[0], key[1], status) is None:
@@ -280,10 +287,7 @@ class Bridge:
             log.warning("the lost try's sandbox could not be looked for: %s", err.message)
 
     async def _exhausted(self, trial: TrialRef, store: ObjectStore, reason: str) -> None:
-        action = retries_exhausted(trial, reason)
-        if action.record is not None:
-            await asyncio.to_thread(write_record, store, action.record)
-        await self.api.patch_trial_status(trial.namespace, trial.name, action.status)
+        await write_outcome(self.api, store, trial, retries_exhausted(trial, reason))
 
     # --- leftovers
 

@@ -33,8 +33,7 @@ from typing import Any
 
 from rollout.api.errors import ErrorType, InvalidInput
 from rollout.api.layout import task_archive_key
-from rollout.api.resources import RolloutTrialSpec, TrialConditionReason
-from rollout.api.trial_spec import UNBUILT_IMAGE
+from rollout.api.resources import RolloutJobSpec, RolloutTrialSpec, TrialConditionReason
 from rollout.api.wire.spec import agent_secret_carriers
 from rollout.api.wire.termination import TerminationMessage
 from rollout.bridge.cost import add_costs, try_cost
@@ -64,7 +63,7 @@ WRITTEN_BY_BRIDGE = (
     "The bridge controller wrote this record: the trial's runner could not write one (its "
     "sandbox did not start, or the trial ended without its files reaching storage)."
 )
-DEFAULT_MAX_INFRA_RETRIES = 2
+DEFAULT_MAX_INFRA_RETRIES: int = RolloutJobSpec.model_fields["max_infra_retries"].default
 """A RolloutJob's default maxInfraRetries, for a trial whose spec does not carry it."""
 READY_TIMEOUT_SEC = 300.0
 """How long a started sandbox may take to run its first command."""
@@ -156,7 +155,7 @@ class TrialRun:
         try:
             try:
                 agent_env = await self._agent_env()
-                task_dir = await self._task_dir(work) if self._builds() else None
+                task_dir = await self._task_dir(work) if self.trial.spec.builds_image else None
                 if not self.stopped.is_set():
                     self.sandbox = await self._start(task_dir)
             except ProviderError as err:
@@ -211,10 +210,6 @@ class TrialRun:
             return resolve_agent_env(self.trial.spec.agent, environ)
         except InvalidInput as err:
             raise ProviderError(f"The agent's env cannot be resolved: {err}") from None
-
-    def _builds(self) -> bool:
-        spec = self.trial.spec
-        return spec.image == UNBUILT_IMAGE or spec.force_build
 
     async def _task_dir(self, work: Path) -> Path:
         """The task's files, for a provider that builds its image from environment/."""
@@ -308,17 +303,7 @@ class TrialRun:
         return add_costs(self.trial.entry.cost, this)
 
     async def _apply(self, action: PatchStatus) -> None:
-        if action.record is not None:
-            await asyncio.to_thread(write_record, self.store, action.record)
-        status = {k: v for k, v in action.status.items() if k != "podName"}  # no Pod
-        written = await self.api.patch_trial_status_surely(
-            self.trial.namespace, self.trial.name, status
-        )
-        if written is None:
-            log.info("trial %s/%s is gone: its status is not written", *self._names())
-        else:
-            self.outcome = status
-            log.info("trial %s/%s ends %s", *self._names(), status.get("phase"))
+        self.outcome = await write_outcome(self.api, self.store, self.trial, action)
 
     async def _end_sandbox(self) -> None:
         sandbox = self.sandbox
@@ -339,6 +324,23 @@ class TrialRun:
 CANCELLED = (
     "The trial's RolloutTrial was deleted (its job was cancelled) before its sandbox started."
 )
+
+
+async def write_outcome(
+    api: BridgeApi, store: ObjectStore, trial: TrialRef, action: PatchStatus
+) -> dict[str, Any] | None:
+    """Finish a trial as the operator finishes a Pod's: its record first, where the runner left
+    none (`action.record`), then its final status, tried through API failures. Returns the
+    status written (None: the trial is gone)."""
+    if action.record is not None:
+        await asyncio.to_thread(write_record, store, action.record)
+    status = {k: v for k, v in action.status.items() if k != "podName"}  # no Pod
+    names = (trial.namespace, trial.name)
+    if await api.patch_trial_status_surely(*names, status) is None:
+        log.info("trial %s/%s is gone: its status is not written", *names)
+        return None
+    log.info("trial %s/%s ends %s", *names, status.get("phase"))
+    return status
 
 
 def lost_try(trial: TrialRef) -> tuple[KeepTry | None, int, str]:

@@ -1,6 +1,7 @@
 """A RolloutTrial's status, as the trial's reconcile step (`rollout.controller.trials.decide`)
 writes it: running, failed before its runner could report, finished (from the runner's
-termination message), or restarted after its Pod was lost. Pure: each returns the merge patch.
+termination message), or restarted after its Pod was lost; and as the bridge writes it once it
+has claimed a trial (`claimed_status`). Pure: each returns the merge patch.
 
 A status with an error carries its class (`failureClass`), decided by `rollout.api.failures` as
 the runner decides it for the trial's result.json.
@@ -54,6 +55,31 @@ def running_status(pod_name: str, now: datetime) -> dict[str, Any]:
                     ConditionStatus.TRUE,
                     TrialConditionReason.POD_RUNNING,
                     f"Pod {pod_name} runs the trial.",
+                    now,
+                )
+            ],
+        )
+    )
+
+
+def claimed_status(
+    identity: str, where: str, now: datetime, *, retry: int = 0, reason: str = ""
+) -> dict[str, Any]:
+    """The status of a trial the bridge `identity` runs on `where` (`retry`: its
+    infrastructure retry, after `reason`; the count is left alone on a first try)."""
+    message = f"Bridge {identity} runs the trial on {where}."
+    if retry:
+        message = f"{reason} Retry {retry}: {message}"
+    return _dump(
+        RolloutTrialStatus(
+            phase=TrialPhase.RUNNING,
+            infra_retries=retry,
+            conditions=[
+                _condition(
+                    TrialConditionType.CLAIMED,
+                    ConditionStatus.TRUE,
+                    TrialConditionReason.BRIDGE_CLAIMED,
+                    message,
                     now,
                 )
             ],

@@ -48,6 +48,7 @@ from rollout.api.resources.conditions import (
     set_condition,
 )
 from rollout.api.resources.trial_resource import (
+    UNBUILT_IMAGE,
     RolloutTrial,
     RolloutTrialSpec,
     RolloutTrialStatus,
@@ -128,6 +129,7 @@ __all__ = [
     "LABEL_JOB",
     "LABEL_TASK",
     "LABEL_TRIAL",
+    "UNBUILT_IMAGE",
     "VERSION",
     "AgentSpec",
     "BuildContext",

@@ -53,6 +53,12 @@ from rollout.api.rules import (
 from rollout.api.service_agents import AgentKind
 from rollout.api.timeouts import PhaseTimeouts
 
+UNBUILT_IMAGE = "unbuilt"
+"""spec.image of a trial whose image must be built and is not named yet (the field is
+required): local mode and a bridge's provider build it themselves, and on a cluster a Pod's
+trial fails when it is made (no registry, no Dockerfile); one built in the cluster is named
+(`rollout.api.trial_spec.trial_spec`'s `built`)."""
+
 Quantity = Annotated[
     str,
     matching_pattern(QUANTITY_PATTERN, "a Kubernetes quantity such as '1', '500m', '2G' or '10Gi'"),
@@ -177,6 +183,12 @@ class RolloutTrialSpec(ApiModel):
         "trial directory (taskName is then shard-<n>, and taskContentHash names the rows "
         "archive); absent for a task's trial.",
     )
+
+    @property
+    def builds_image(self) -> bool:
+        """Whether the trial's image is built from the task's environment/ where the trial runs
+        (a bridge's provider): it names none yet, or the job forces a build."""
+        return self.image == UNBUILT_IMAGE or self.force_build
 
     @property
     def needs_environment(self) -> bool:

@@ -71,8 +71,7 @@ class SandboxRequest:
     """`sandbox_labels` of the trial: set on the sandbox (never a secret)."""
     task_dir: Path | None
     """The task's files, extracted from its archive (environment/ holds the Dockerfile), for a
-    provider that builds the image from them: when `spec.image` is
-    `rollout.api.trial_spec.UNBUILT_IMAGE` or `spec.force_build` is set. None otherwise."""
+    provider that builds the image from them: when `spec.builds_image`. None otherwise."""
 
 
 class Sandbox(Environment):

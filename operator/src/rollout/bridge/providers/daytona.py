@@ -30,7 +30,6 @@ from rollout.api.errors import ErrorType
 from rollout.api.names import LABEL_COMPONENT
 from rollout.api.quantity import parse_quantity
 from rollout.api.resources import LABEL_TRIAL, RolloutTrialSpec
-from rollout.api.trial_spec import UNBUILT_IMAGE
 from rollout.api.trials import child_name, label_value
 from rollout.bridge.providers.base import (
     BRIDGE_COMPONENT,
@@ -159,7 +158,7 @@ class DaytonaProvider(Provider):
 
     async def start(self, request: SandboxRequest) -> DaytonaSandbox:
         spec = request.spec
-        builds = spec.image == UNBUILT_IMAGE or spec.force_build
+        builds = spec.builds_image
         params = self.sdk.CreateSandboxFromImageParams(
             name=sandbox_name(request.namespace, request.trial_name),
             image=self._image(request) if builds else spec.image,

@@ -32,7 +32,6 @@ from rollout.api.environment import DOCKER_HOST_PATTERN
 from rollout.api.errors import ErrorType
 from rollout.api.names import LABEL_COMPONENT
 from rollout.api.resources import LABEL_TRIAL
-from rollout.api.trial_spec import UNBUILT_IMAGE
 from rollout.api.trials import child_name, label_value
 from rollout.bridge.providers.base import (
     BRIDGE_COMPONENT,
@@ -210,7 +209,7 @@ class DockerProvider(Provider):
         """The trial's image on the engine: pulled unless present, or built from the task."""
         spec = request.spec
         images = self._images_of(request.namespace, spec.job_name)
-        builds = spec.image == UNBUILT_IMAGE or spec.force_build
+        builds = spec.builds_image
         if builds and request.task_dir is None:
             raise ProviderError(
                 "the trial's image must be built, but the bridge has no task files",

@@ -38,7 +38,6 @@ from rollout.api.names import LABEL_COMPONENT
 from rollout.api.quantity import parse_quantity
 from rollout.api.resources import LABEL_TRIAL, RolloutTrialSpec
 from rollout.api.taskdir import DOCKERFILE, tree_hash
-from rollout.api.trial_spec import UNBUILT_IMAGE
 from rollout.api.trials import label_value
 from rollout.bridge.providers.archives import TRANSFER_TIMEOUT_SEC
 from rollout.bridge.providers.base import (
@@ -320,7 +319,7 @@ class E2BProvider(Provider):
 
     async def _source(self, request: SandboxRequest) -> TemplateSource:
         spec = request.spec
-        if not (spec.image == UNBUILT_IMAGE or spec.force_build):
+        if not spec.builds_image:
             return TemplateSource(image=spec.image)
         if request.task_dir is None:
             raise ProviderError(

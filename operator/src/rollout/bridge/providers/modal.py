@@ -34,7 +34,6 @@ from rollout.api.errors import ErrorType
 from rollout.api.names import LABEL_COMPONENT
 from rollout.api.quantity import parse_quantity
 from rollout.api.resources import LABEL_TRIAL, RolloutTrialSpec
-from rollout.api.trial_spec import UNBUILT_IMAGE
 from rollout.api.trials import child_name, label_value
 from rollout.bridge.providers.base import (
     BRIDGE_COMPONENT,
@@ -255,7 +254,7 @@ class ModalProvider(Provider):
     async def _image(self, request: SandboxRequest) -> Any:
         """The trial's image, pulled or built (once per job)."""
         spec = request.spec
-        builds = spec.image == UNBUILT_IMAGE or spec.force_build
+        builds = spec.builds_image
         if builds and request.task_dir is None:
             raise ProviderError(
                 "the trial's image must be built, but the bridge has no task files",
