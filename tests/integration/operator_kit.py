@@ -244,11 +244,12 @@ async def play_kubelet(
     done: Callable[[], Awaitable[Any]],
     message_for: Callable[[dict[str, Any]], str] = outcome,
     *,
-    wait_running: bool = False,
+    wait_running: bool | Callable[[dict[str, Any]], bool] = False,
 ) -> set[str]:
     """Run and finish every trial Pod that appears, as the kubelet and the runner would, until
-    `done()`; returns the names of the Pods it finished. With `wait_running`, a Pod finishes
-    only once its trial says Running (so that the operator sees every phase)."""
+    `done()`; returns the names of the Pods it finished. With `wait_running` (True, or true of
+    the Pod), a Pod finishes only once its trial says Running (so that the operator sees every
+    phase); else at once."""
     started: set[str] = set()
     finished: set[str] = set()
 
@@ -264,7 +265,8 @@ async def play_kubelet(
             if name not in started:
                 await kube.run_pod(name)
                 started.add(name)
-            if wait_running and not await trial_running(pod):
+            waits = wait_running(pod) if callable(wait_running) else wait_running
+            if waits and not await trial_running(pod):
                 continue
             await kube.finish_pod(name, messages={"runner": message_for(pod)})
             finished.add(name)

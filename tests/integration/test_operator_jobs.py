@@ -137,35 +137,60 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
 async def test_api_writes_per_trial_stay_small_and_job_status_patches_are_batched(
     kube: Kube, dataset: dict[str, Any], s3_settings: S3Settings
 ) -> None:
-    config = operator_config(s3_settings, status_interval_sec=1.0)
+    """Four writes for a trial whose runner ends within `running_status_after_sec` of its
+    start (its RolloutTrial goes from Pending to its outcome), five for a longer one."""
+    config = operator_config(s3_settings, status_interval_sec=1.0, running_status_after_sec=2.0)
     job = job_manifest("lean", [dataset], agents=AGENTS, n_attempts=2, n_concurrent=12)
+    names = expected_names("lean")
+    short = set(names[::2])  # their runner ends at once; the others' once their trial says Running
+
+    def runs_long(pod: dict[str, Any]) -> bool:
+        return pod["metadata"]["labels"]["rollout.dev/trial"] not in short
+
     async with kube.operator(memo=operator_memo(kube, config)):
         await kube.create(ROLLOUT_JOBS, job)
-        await play_kubelet(kube, lambda: job_phase(kube, "lean", "Completed"), wait_running=True)
+        await play_kubelet(
+            kube, lambda: job_phase(kube, "lean", "Completed"), wait_running=runs_long
+        )
         await kube.settle(quiet=0.5)
 
     writes = kube.writes()
-    for name in expected_names("lean"):
+    for name in names:
         mine = [
             (w.method, w.resource, w.subresource)
             for w in writes
             if w.name in (name,) and w.resource in (ROLLOUT_TRIALS, PODS)
         ]
+        running = [] if name in short else [("PATCH", ROLLOUT_TRIALS, "status")]
         assert mine == [
             ("POST", ROLLOUT_TRIALS, None),
             ("POST", PODS, None),
-            ("PATCH", ROLLOUT_TRIALS, "status"),  # Running
+            *running,  # Running, once its runner has run for 2 s
             ("PATCH", ROLLOUT_TRIALS, "status"),  # the outcome
             ("DELETE", PODS, None),
         ], name
     # Nothing of kopf's on trials or Pods: no annotations, no finalizers.
     assert not [w for w in writes if w.resource in (ROLLOUT_TRIALS, PODS) and w.subresource is None
                 and w.method == "PATCH"]  # fmt: skip
+    # Meanwhile the job counted the long ones as running, from their Pods.
+    first_said = next(i for i, w in enumerate(writes) if w.resource == ROLLOUT_TRIALS
+                      and status_of(w).get("phase") == "Running")  # fmt: skip
+    counted = next(i for i, w in enumerate(writes) if w.resource == ROLLOUT_JOBS
+                   and (status_of(w).get("counts") or {}).get("running"))  # fmt: skip
+    assert counted < first_said
     trial_events = len([c for c in kube.calls() if c.resource == ROLLOUT_TRIALS and c.is_write])
     pod_events = 4 * 12  # created, running, finished, deleted
     job_status_patches = kube.writes(ROLLOUT_JOBS, "lean", subresource="status")
     assert 2 <= len(job_status_patches) <= 10
     assert len(job_status_patches) * 5 < trial_events + pod_events
+
+
+def status_of(call: Any) -> dict[str, Any]:
+    """The status a write sends (a status patch's body), else empty."""
+    if call.subresource != "status" or not isinstance(call.body, dict):
+        return {}
+    status = call.body.get("status")
+    return status if isinstance(status, dict) else {}
 
 
 async def test_trial_pods_are_watched_by_label_selector_only(

@@ -364,6 +364,6 @@ def test_every_variable_has_a_flag_and_the_help_names_the_variable() -> None:
     add_arguments(parser)
     text = parser.format_help()
     variables = [s.variable for s in SETTINGS]
-    assert len(variables) == len(set(variables)) == 35
+    assert len(variables) == len(set(variables)) == 36
     for variable in variables:
         assert f"${variable}" in text

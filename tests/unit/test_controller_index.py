@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from rollout.api.resources import TrialPhase
 from rollout.api.trials import child_name
 from rollout.controller.config import OperatorConfig
 from rollout.controller.index import (
+    compact,
     index_pod,
     index_trial,
     newer,
@@ -159,6 +161,30 @@ def test_a_pod_is_indexed_under_its_trial_without_its_bulk() -> None:
         {"name": "runner", "image": "runner"},
     ]
     assert index_pod({"metadata": {"name": "stray", "namespace": "ns"}}) is None
+
+
+def test_alike_pods_share_their_spec_and_every_pod_its_keys() -> None:
+    first, second = pod_body(), pod_body()
+    second["metadata"] = {**second["metadata"], "name": "t2", "uid": "other"}
+    second["spec"] = {**second["spec"], "activeDeadlineSeconds": 600}
+    third = pod_body()
+    third["metadata"] = {**third["metadata"], "name": "t3"}
+    one, two, three = slim_pod(first), slim_pod(second), slim_pod(third)
+    assert one["spec"] is three["spec"]  # alike: one object
+    assert two["spec"] is not one["spec"]
+    assert two["spec"]["activeDeadlineSeconds"] == 600  # the deadline's message needs it
+    assert "labels" not in one["metadata"]
+    assert one["metadata"] == {
+        "name": "t1",
+        "creationTimestamp": first["metadata"]["creationTimestamp"],
+    }
+    # Keys and short values decoded from two events are one string each in the index.
+    decoded = [json.loads(json.dumps(pod_body()["status"])) for _ in range(2)]
+    kept = [compact(status) for status in decoded]
+    (key_a,), (key_b,) = ([k for k in s if k == "conditions"] for s in kept)
+    assert key_a is key_b
+    assert kept[0]["conditions"][0]["reason"] is kept[1]["conditions"][0]["reason"]
+    assert kept[0] == decoded[0]
 
 
 @pytest.mark.parametrize("grace", [10.0, 60.0])

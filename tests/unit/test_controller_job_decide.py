@@ -45,10 +45,12 @@ from rollout.controller.jobdecide import (
     Warn,
     WriteJobConfig,
     WriteJobFiles,
+    cancelled_records,
     decide_job,
 )
 from rollout.controller.jobspec import Invalid, Planned, StorageUnavailable, Unplanned
 from rollout.controller.netpolicy import policy_plan
+from rollout.controller.records import TrialPlace
 from rollout.controller.status import job_status
 from rollout.controller.trials import CreatePod, DeletePod, PatchStatus, RetryPod
 
@@ -430,6 +432,45 @@ def test_pods_that_wait_are_named_for_a_later_look() -> None:
     decision = decide(trials={NAMES[0]: waiting}, looks=[TrialLook(waiting, pod(NAMES[0]))])
     assert decision.waiting == {NAMES[0]}
     assert steps(decision) == {}
+
+
+def test_a_runner_of_a_moment_ago_counts_as_running_before_its_trial_says_so() -> None:
+    """The trial's Running status waits `running_status_after_sec` (one write fewer for a
+    trial that ends sooner); meanwhile the job counts it as running, from its Pod."""
+    started = (NOW - timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    state = {"running": {"startedAt": started}}
+    runs = {"containerStatuses": [{"name": "runner", "state": state}]}
+    fresh, waits = entry(NAMES[0]), entry(NAMES[1])
+    known = {NAMES[0]: fresh, NAMES[1]: waits}
+    looks = [TrialLook(fresh, pod(NAMES[0], runs)), TrialLook(waits, pod(NAMES[1]))]
+
+    def started_runner(trial: TrialEntry) -> bool:
+        return trial.name == NAMES[0]
+
+    full = planned(nConcurrentTrials=2)  # no slot free: nothing created, the status is due
+    assert [t.name for t in full.plan.trials] == NAMES
+    decision = decide(
+        spec=full, trials=known, looks=looks, status_due_in=0, runner_started=started_runner
+    )
+    assert steps(decision) == {}
+    assert decision.waiting == {NAMES[0], NAMES[1]}
+    assert decision.due_in == CONFIG.running_status_after_sec - 3
+    counts = patched(decision).counts
+    assert (counts.running, counts.pending) == (1, len(NAMES) - 1)
+    # Without the Pod's word, it would be pending.
+    alone = patched(decide(spec=full, trials=known, looks=looks, status_due_in=0)).counts
+    assert (alone.running, alone.pending) == (0, len(NAMES))
+
+
+def test_a_deleted_jobs_trials_whose_runner_started_write_their_own_records() -> None:
+    known = trials(None, None, TrialPhase.RUNNING, TrialPhase.SUCCEEDED)
+    records = cancelled_records(
+        JOB, known, NOW, None, runner_started=lambda trial: trial.name == NAMES[1]
+    )
+    # Only the first: the second's Pod runs its runner, the third says Running, the last ended.
+    assert [r.prefix if r else None for r in records] == [
+        TrialPlace(JOB.storage, JOB.job.job_name).prefix(known[NAMES[0]].key)
+    ]
 
 
 def test_a_finished_trial_without_a_pod_takes_no_step() -> None:

@@ -236,6 +236,18 @@ def test_waiting_pods_are_looked_at_again_when_due() -> None:
     assert second not in pace.to_look_at(trials)
 
 
+def test_a_trial_due_sooner_than_the_recheck_is_looked_at_when_due() -> None:
+    clock = Clock()
+    pace, trials = pacer(clock), plan("t1", "t2")
+    first = trials.trials[0].name
+    assert pace.looked(pace.to_look_at(trials), {first}, due_in=0.1) == pytest.approx(0.1)
+    pace.succeeded()
+    clock.now += 0.1
+    assert pace.to_look_at(trials) == [first]
+    # Due later than the recheck: the recheck's pace holds.
+    assert pace.looked([first], {first}, due_in=5.0) == 0.5
+
+
 def test_the_status_is_due_once_per_interval() -> None:
     clock = Clock()
     pace = pacer(clock)

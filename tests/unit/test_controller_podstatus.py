@@ -174,13 +174,20 @@ def test_a_running_runner_is_running_even_while_the_environment_image_is_pulled(
     both = pod_with(
         running_status(running("environment", TASK_IMAGE), running("runner", RUNNER_IMAGE))
     )
-    assert classify_pod(both, now=CREATED, config=CONFIG) == Running()
+    assert classify_pod(both, now=CREATED, config=CONFIG) == Running(since=SCHEDULED)
     pulling = pod_with(
         running_status(
             waiting("environment", TASK_IMAGE, "ContainerCreating"), running("runner", RUNNER_IMAGE)
         )
     )
-    assert classify_pod(pulling, now=CREATED, config=CONFIG) == Running()
+    assert classify_pod(pulling, now=CREATED, config=CONFIG) == Running(since=SCHEDULED)
+
+
+def test_a_running_runner_without_a_start_time_is_running_since_an_unknown_time() -> None:
+    runner = running("runner", RUNNER_IMAGE)
+    del runner["state"]["running"]["startedAt"]
+    pod = pod_with(running_status(running("environment", TASK_IMAGE), runner))
+    assert classify_pod(pod, now=CREATED, config=CONFIG) == Running(since=None)
 
 
 # --- the runner's outcome -------------------------------------------------------------------------
@@ -297,7 +304,9 @@ def test_an_environment_image_that_does_not_pull_fails_after_the_grace_period(re
     )
     grace = timedelta(seconds=CONFIG.image_pull_grace_sec)
     before = classify_pod(pod, now=SCHEDULED + grace - timedelta(seconds=1), config=CONFIG)
-    assert before == Running()  # the runner waits for the environment; nothing to do yet
+    assert before == Running(
+        since=SCHEDULED
+    )  # the runner waits for the environment; nothing to do yet
     verdict = classify_pod(pod, now=SCHEDULED + grace, config=CONFIG)
     assert isinstance(verdict, Failed)
     assert verdict.error_type == ErrorType.ENVIRONMENT_IMAGE_PULL_FAILED

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -209,6 +209,33 @@ def test_a_running_pod_marks_the_trial_running_once() -> None:
         prices=None,
         max_infra_retries=2,
     ) == Nothing(waiting=True)
+
+
+def test_the_running_status_waits_until_the_runner_has_run_a_while() -> None:
+    """A trial that ends within `running_status_after_sec` of its runner's start is written
+    once, with its outcome: one API write fewer per short trial."""
+    after = CONFIG.running_status_after_sec
+    assert after == 10.0  # the default
+    started = NOW - timedelta(seconds=4)
+    early = act(TRIAL, pod(), Running(since=started), **ACT, running_status_after=after)
+    assert early == Nothing(waiting=True, due_in=6.0)
+    later = {**ACT, "now": started + timedelta(seconds=after)}
+    action = act(TRIAL, pod(), Running(since=started), **later, running_status_after=after)
+    assert isinstance(action, PatchStatus)
+    assert action.status["phase"] == "Running"
+    # Without the runner's start time, the status is written at once (as before).
+    assert isinstance(act(TRIAL, pod(), Running(), **ACT, running_status_after=after), PatchStatus)
+    # decide() takes the delay from the operator's settings.
+    since = {"running": {"startedAt": "2025-01-15T10:29:58Z"}}
+    runs = pod({"containerStatuses": [
+        {"name": "runner", "state": since}, {"name": "environment", "state": since}
+    ]})  # fmt: skip
+    how = {"now": NOW, "place": PLACE, "max_infra_retries": 2}
+    assert decide(TRIAL, runs, config=CONFIG, **how) == Nothing(waiting=True, due_in=8.0)
+    at_once = CONFIG.model_copy(update={"running_status_after_sec": 0.0})
+    decided = decide(TRIAL, runs, config=at_once, **how)
+    assert isinstance(decided, PatchStatus)
+    assert decided.status["phase"] == "Running"
 
 
 def test_the_runners_message_becomes_the_trials_status() -> None:

@@ -143,6 +143,14 @@ class OperatorConfig(BaseModel):
         description="How long an image may fail to pull (ErrImagePull, ImagePullBackOff) before "
         "the trial fails; InvalidImageName fails at once.",
     )
+    running_status_after_sec: float = Field(
+        10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="How long a trial's runner runs before its RolloutTrial's status says "
+        "Running: a trial that ends sooner goes from Pending to its outcome, one API write "
+        "fewer (the job's status counts it as running meanwhile, from its Pod); 0: at once.",
+    )
     status_interval_sec: float = Field(
         2.0,
         ge=0,

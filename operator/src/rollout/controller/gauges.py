@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rollout.api.plan import JobPlan
 from rollout.api.resources import TrialPhase
-from rollout.controller.index import TrialEntry
+from rollout.controller.index import RunnerStarted, TrialEntry, no_runner_started
 from rollout.controller.planner import unfinished_count
 from rollout.controller.status import trial_counts
 
@@ -22,8 +22,12 @@ class TrialGauges:
     active: int
 
 
-def trial_gauges(plan: JobPlan, trials: Mapping[str, TrialEntry]) -> TrialGauges:
-    running, finished = trial_counts(plan, trials, rows=False)
+def trial_gauges(
+    plan: JobPlan,
+    trials: Mapping[str, TrialEntry],
+    runner_started: RunnerStarted = no_runner_started,
+) -> TrialGauges:
+    running, finished = trial_counts(plan, trials, rows=False, runner_started=runner_started)
     succeeded = sum(
         1 for t in plan.trials if (e := trials.get(t.name)) and e.phase == TrialPhase.SUCCEEDED
     )

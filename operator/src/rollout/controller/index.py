@@ -7,8 +7,9 @@ it decides which trials to create, so it neither duplicates nor loses one.
 
 The values are small and plain (frozen dataclasses of strings and numbers), so that 100,000 trials
 fit in memory; a Pod keeps only what `podstatus.classify_pod` and `cost.pod_cost` read (its
-status, a few metadata fields, its containers' names, images and resources, and its overhead),
-not its spec with the inline shim.
+status, its name and timestamps, its containers' names, images and resources, its overhead and
+deadline), not its spec with the inline shim; the containers are shared among Pods alike, and
+keys and short strings among all (`compact`).
 
 Keys:
 - trials by the uid of the RolloutJob that owns them (a job deleted and created again under the
@@ -19,8 +20,10 @@ Keys:
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -147,6 +150,15 @@ class PodEntry:
         return bool((self.body.get("metadata") or {}).get("deletionTimestamp"))
 
 
+RunnerStarted = Callable[[TrialEntry], bool]
+"""Whether a trial's current Pod shows its runner started (the index's Pods, asked on demand)."""
+
+
+def no_runner_started(trial: TrialEntry) -> bool:
+    """A `RunnerStarted` for where no Pod is known."""
+    return False
+
+
 def pod_name_for(trial_name: str, retry: int) -> str:
     """The Pod of a trial's attempt number `retry`: the trial's own name first (so that
     `kubectl logs <trial>` works), then `<trial>-r<n>` after an infrastructure retry."""
@@ -218,15 +230,18 @@ def trial_entry(body: Mapping[str, Any]) -> TrialEntry:
     earlier = spec.get("earlierTries")
     attempt = spec.get("attempt")
     return TrialEntry(
-        namespace=str(metadata.get("namespace") or ""),
+        # Strings many trials share are shared (`sys.intern`): 100,000 trials hold one copy.
+        namespace=sys.intern(str(metadata.get("namespace") or "")),
         name=str(metadata.get("name") or ""),
         uid=str(metadata.get("uid") or ""),
         resource_version=str(metadata.get("resourceVersion") or ""),
-        agent=str(agent.get("name") or ""),
-        dataset=str(spec.get("datasetName") or ""),
-        task=str(spec.get("taskName") or ""),
+        agent=sys.intern(str(agent.get("name") or "")),
+        dataset=sys.intern(str(spec.get("datasetName") or "")),
+        task=sys.intern(str(spec.get("taskName") or "")),
         attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
-        environment_type=str(spec.get("environmentType") or EnvironmentType.KUBERNETES.value),
+        environment_type=sys.intern(
+            str(spec.get("environmentType") or EnvironmentType.KUBERNETES.value)
+        ),
         preserve_env=spec.get("preserveEnv") is True,
         phase=_phase(status.get("phase")),
         reward=_number(status.get("reward")),
@@ -286,22 +301,21 @@ def index_trial(body: Mapping[str, Any]) -> dict[str, TrialEntry] | None:
 
 
 _KEPT_CONTAINER_FIELDS = ("name", "image", "resources")
-_KEPT_METADATA_FIELDS = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "labels",
-    "creationTimestamp",
-    "deletionTimestamp",
-)
+_KEPT_METADATA_FIELDS = ("name", "creationTimestamp", "deletionTimestamp")
+_KEPT_SPEC_FIELDS = ("overhead", "activeDeadlineSeconds")
+_SHARED_SPECS_MAX = 4096
+_shared_specs: dict[str, dict[str, Any]] = {}
+"""Pod specs as the index keeps them, one object for all Pods whose specs are alike (a job's
+trials of one task have the same containers), by their JSON."""
 
 
 def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a Pod that `classify_pod` and `cost.pod_cost` read: no env, no shim script,
-    no volumes."""
+    no volumes, no labels; the spec shared with the Pods whose specs are alike, and the status's
+    keys shared with every other Pod's (`compact`). What is kept is read, never changed."""
     metadata = body.get("metadata") or {}
-    containers = (body.get("spec") or {}).get("containers") or []
+    whole_spec = body.get("spec") or {}
+    containers = whole_spec.get("containers") or []
     spec: dict[str, Any] = {
         "containers": [
             {k: c[k] for k in _KEPT_CONTAINER_FIELDS if k in c}
@@ -309,13 +323,41 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(c, Mapping)
         ]
     }
-    if overhead := (body.get("spec") or {}).get("overhead"):
-        spec["overhead"] = overhead  # a RuntimeClass's share of the node: part of the Pod's cost
+    # overhead: a RuntimeClass's share of the node, part of the Pod's cost
+    spec.update({k: whole_spec[k] for k in _KEPT_SPEC_FIELDS if whole_spec.get(k)})
     return {
         "metadata": {k: metadata[k] for k in _KEPT_METADATA_FIELDS if k in metadata},
-        "spec": spec,
-        "status": dict(body.get("status") or {}),
+        "spec": _shared_spec(spec),
+        "status": compact(body.get("status") or {}),
     }
+
+
+def _shared_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    key = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    shared = _shared_specs.get(key)
+    if shared is None:
+        if len(_shared_specs) >= _SHARED_SPECS_MAX:
+            _shared_specs.clear()  # a bound, not a cache policy: Pods keep what they have
+        shared = _shared_specs[key] = compact(spec)
+    return shared
+
+
+_SHORT_VALUE = 40
+"""String values up to this length are shared between Pods (phases, reasons, images, names of
+containers: a few distinct ones); longer ones (messages) are kept as they are."""
+
+
+def compact(value: Any) -> Any:
+    """`value` (decoded JSON) with its keys, and its short strings, shared with every other
+    object's equal ones: each watch event's JSON is decoded into new strings, and a Pod's
+    status has some thirty keys, most of its size in the index."""
+    if isinstance(value, Mapping):
+        return {sys.intern(str(k)): compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [compact(v) for v in value]
+    if isinstance(value, str) and len(value) <= _SHORT_VALUE:
+        return sys.intern(value)
+    return value
 
 
 def pod_trial_name(body: Mapping[str, Any]) -> str | None:

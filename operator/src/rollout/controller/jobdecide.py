@@ -62,7 +62,14 @@ from rollout.controller.config import OperatorConfig
 from rollout.controller.cost import trial_cost
 from rollout.controller.finish import job_result
 from rollout.controller.gauges import TrialGauges, trial_gauges
-from rollout.controller.index import ImageEntry, PodEntry, TrialEntry, pod_name_for
+from rollout.controller.index import (
+    ImageEntry,
+    PodEntry,
+    RunnerStarted,
+    TrialEntry,
+    no_runner_started,
+    pod_name_for,
+)
 from rollout.controller.jobspec import Invalid, JobSpec, Planned, StorageUnavailable, Unplanned
 from rollout.controller.netpolicy import PolicyPlan
 from rollout.controller.planner import all_finished, next_to_create, unfinished_count
@@ -74,6 +81,7 @@ from rollout.controller.status import (
     invalid_status,
     job_status,
     outcomes,
+    runs,
     status_patch,
     storage_unavailable_status,
 )
@@ -145,6 +153,8 @@ class JobView:
     blocked: frozenset[str] = frozenset()
     """Trials not to create now: a trial of that name of an earlier job of this name (deleted,
     and replaced by this one) is still there."""
+    runner_started: RunnerStarted = no_runner_started
+    """Whether a trial's Pod shows its runner started (the index's Pods, asked on demand)."""
 
 
 # --- what it does ---------------------------------------------------------------------------------
@@ -318,7 +328,9 @@ class JobDecision:
     requeue_after: float | None = None
     """Look again after this long at the latest (None: when woken)."""
     waiting: frozenset[str] = frozenset()
-    """The looked-at trials whose Pods wait on a grace period."""
+    """The looked-at trials whose Pods wait on a grace period (or for their Running status)."""
+    due_in: float | None = None
+    """Seconds until a waiting trial is due a look (None: at the grace periods' pace)."""
     status_checked: bool = False
     """The status was worked out: the next is due a status interval from now."""
 
@@ -342,7 +354,7 @@ def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
             view.status, message=spec.message, generation=view.generation, now=view.now
         )
         return JobDecision(_patch(view.status, unavailable), requeue_after=STORAGE_RETRY_SEC)
-    steps, waiting = _trial_steps(view, spec, config)
+    steps, waiting, due_in = _trial_steps(view, spec, config)
     creations = _creations(view, spec, config)
     images = _image_actions(view, spec, creations, config)
     if creations or any(_writes_trial(step) for step in steps):
@@ -351,6 +363,7 @@ def decide_job(view: JobView, *, config: OperatorConfig) -> JobDecision:
         decision = JobDecision((*steps, *images), waiting=waiting)
     else:
         decision = _status(view, spec, steps, waiting)
+    decision = replace(decision, due_in=due_in)
     first: list[JobAction] = []
     if not view.config_written:
         # First: a job's trials never run without its config.json in storage.
@@ -369,17 +382,21 @@ CANCELLED = (
 
 
 def cancelled_records(
-    spec: JobSpec, trials: Mapping[str, TrialEntry], now: datetime, prices: UnitPrices | None
+    spec: JobSpec,
+    trials: Mapping[str, TrialEntry],
+    now: datetime,
+    prices: UnitPrices | None,
+    runner_started: RunnerStarted = no_runner_started,
 ) -> list[OperatorRecord | None]:
     """The records of a deleted job's trials that no runner will write: those whose runner has
     not started (a running runner is stopped with its Pod, or by the bridge that claimed the
-    trial, and writes its own)."""
+    trial, and writes its own), as their status or their Pod says."""
     if not isinstance(spec, Planned):
         return []
     place = TrialPlace(spec.storage, spec.job.job_name)
     records: list[OperatorRecord | None] = []
     for trial in trials.values():
-        if trial.finished or trial.phase == TrialPhase.RUNNING:
+        if trial.finished or runs(trial, runner_started):
             continue
         if trial.shard:
             planned = spec.plan.by_name.get(trial.name)
@@ -439,10 +456,12 @@ def _invalid(view: JobView, invalid: Invalid) -> JobDecision:
 
 def _trial_steps(
     view: JobView, planned: Planned, config: OperatorConfig
-) -> tuple[list[TrialStep], frozenset[str]]:
-    """Each looked-at trial's step, and which of them wait on a grace period."""
+) -> tuple[list[TrialStep], frozenset[str], float | None]:
+    """Each looked-at trial's step, which of them wait (on a grace period, or for their
+    Running status), and how soon one of them is due a look (None: no sooner than usual)."""
     steps: list[TrialStep] = []
     waiting: set[str] = set()
+    due: list[float] = []
     place = TrialPlace(planned.storage, planned.job.job_name)
     for look in view.looks:
         trial = look.trial
@@ -469,9 +488,11 @@ def _trial_steps(
         if isinstance(action, Nothing):
             if action.waiting:
                 waiting.add(trial.name)
+            if action.due_in is not None:
+                due.append(action.due_in)
         else:
             steps.append(TrialStep(trial, action, place))
-    return steps, frozenset(waiting)
+    return steps, frozenset(waiting), min(due, default=None)
 
 
 ORPHANED = (
@@ -712,8 +733,10 @@ def _status(
         result_uri=view.result_uri if done else None,
         kept_rows=resumed.kept_rows,
         kept=resumed.kept_count,
+        runner_started=view.runner_started,
     )
-    actions = (*steps, ReportGauges(trial_gauges(plan, view.trials)), *_patch(view.status, desired))
+    gauges = trial_gauges(plan, view.trials, view.runner_started)
+    actions = (*steps, ReportGauges(gauges), *_patch(view.status, desired))
     if desired.phase == JobPhase.COMPLETED:
         decision = _expire(view, desired, actions)
     else:

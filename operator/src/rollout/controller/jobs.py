@@ -46,7 +46,7 @@ from rollout.controller.jobexec import JobExecutor, PostWarning
 from rollout.controller.jobspec import JobSpec, Planned, StorageUnavailable, parse_job
 from rollout.controller.ownwrites import OwnWrites
 from rollout.controller.pacing import RESYNC_SEC, Pacer, recheck_delay
-from rollout.controller.podfields import timestamp
+from rollout.controller.podfields import runner_started, timestamp
 from rollout.controller.runtime import Runtime
 from rollout.controller.ttl import ttl_after_finished
 
@@ -170,7 +170,7 @@ class JobReconciler:
                 self.pacer.status_checked()
             done = await self.executor.run(decision.actions, now=now)
             if names is not None:
-                recheck = self.pacer.looked(names, decision.waiting)
+                recheck = self.pacer.looked(names, decision.waiting, decision.due_in)
             if done.spec is not None:
                 spec = done.spec
                 if not isinstance(spec, StorageUnavailable):  # that one is tried again next pass
@@ -193,7 +193,7 @@ class JobReconciler:
             return
         trials = self.writes.trials(self.trials_index.get(self.uid, ()))
         prices = self.runtime.config.unit_prices
-        records = cancelled_records(spec, trials, datetime.now(UTC), prices)
+        records = cancelled_records(spec, trials, datetime.now(UTC), prices, self._runner_started)
         if not records:
             return
         try:
@@ -253,7 +253,14 @@ class JobReconciler:
             images=NamespaceImages(self.images_index, self.namespace),
             created_at=self.created_at,
             blocked=self._still_blocked(),
+            runner_started=self._runner_started,
         )
+
+    def _runner_started(self, trial: TrialEntry) -> bool:
+        """Whether the trial's current Pod shows its runner started, as the index has it."""
+        pods = self.pods_index.get((self.namespace, trial.name), ())
+        pod = find_pod(pods, trial.current_pod_name)
+        return pod is not None and runner_started(pod.body)
 
     def _still_blocked(self) -> frozenset[str]:
         """The trials not to create now (`_blocked`), until BLOCKED_RETRY_SEC has passed."""

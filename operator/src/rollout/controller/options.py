@@ -198,6 +198,15 @@ OPERATOR_SETTINGS: tuple[Setting, ...] = (
         "SECONDS",
     ),
     Setting(
+        "running_status_after_sec",
+        "ROLLOUT_RUNNING_STATUS_AFTER_SEC",
+        "--running-status-after-sec",
+        "how long a trial's runner runs before its RolloutTrial says Running; one API write "
+        "fewer for a trial that ends sooner (default: 10; 0: at once)",
+        seconds,
+        "SECONDS",
+    ),
+    Setting(
         "status_interval_sec",
         "ROLLOUT_STATUS_INTERVAL_SEC",
         "--status-interval-sec",

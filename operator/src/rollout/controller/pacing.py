@@ -74,9 +74,12 @@ class Pacer:
             names |= self._waiting
         return [name for name in names if name in plan.names]
 
-    def looked(self, names: Iterable[str], waiting: Iterable[str]) -> float | None:
-        """Note the trials looked at and those of them that wait; returns how soon to look
-        again at the waiting ones (None: no trial waits)."""
+    def looked(
+        self, names: Iterable[str], waiting: Iterable[str], due_in: float | None = None
+    ) -> float | None:
+        """Note the trials looked at and those of them that wait, one of which may be due a
+        look in `due_in` seconds; returns how soon to look again at the waiting ones (None: no
+        trial waits)."""
         self._waiting.difference_update(names)
         self._waiting.update(waiting)
         clock = self._clock()
@@ -85,6 +88,8 @@ class Pacer:
             return None
         if self._recheck_at == math.inf or clock >= self._recheck_at:
             self._recheck_at = clock + self._recheck_sec
+        if due_in is not None:
+            self._recheck_at = min(self._recheck_at, clock + due_in)
         return max(self._recheck_at - clock, 0.0)
 
     # --- the job's status

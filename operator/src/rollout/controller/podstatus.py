@@ -66,6 +66,9 @@ class Waiting:
 class Running:
     """The runner is running: the trial is under way."""
 
+    since: datetime | None = None
+    """When the runner's container started, as the kubelet says (None: it does not say)."""
+
 
 @dataclass(frozen=True)
 class Finished:
@@ -171,8 +174,8 @@ def classify_pod(pod: Mapping[str, Any], *, now: datetime, config: OperatorConfi
         return failed
     if (unschedulable := _unschedulable(pod, status, now, config)) is not None:
         return unschedulable
-    if "running" in (runner.get("state") or {}):
-        return Running()
+    if isinstance(running := (runner.get("state") or {}).get("running"), Mapping):
+        return Running(timestamp(running.get("startedAt")))
     return Waiting(_waiting_reason(status, runner, environment))
 
 

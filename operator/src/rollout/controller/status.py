@@ -3,8 +3,9 @@
 Counting follows the seed's definitions, implemented once in `rollout.api.results.summarize`:
 every trial of the plan counts in `total` (created or not), `completed` are trials with a reward,
 `failed` trials whose error kept the reward (and `failures` splits them by class: the agent's,
-the task's, the infrastructure's). `running` are trials whose runner runs, `finished` trials that
-ended whatever the outcome, and `pending` the rest (not created yet, or waiting for their Pod).
+the task's, the infrastructure's). `running` are trials whose runner runs (their status says
+Running, or their Pod does before the status says it: `runs`), `finished` trials that ended
+whatever the outcome, and `pending` the rest (not created yet, or waiting for their Pod).
 
 Conditions keep their lastTransitionTime while their status holds (`set_condition`), so the same
 situation computes to the same status, and the reconciler patches only what changed.
@@ -31,7 +32,7 @@ from rollout.api.resources import (
     find_condition,
     set_condition,
 )
-from rollout.controller.index import RowEntry, TrialEntry
+from rollout.controller.index import RowEntry, RunnerStarted, TrialEntry, no_runner_started
 
 
 def outcomes(
@@ -84,12 +85,22 @@ def _row_outcomes(
     return listed
 
 
+def runs(entry: TrialEntry, runner_started: RunnerStarted) -> bool:
+    """Whether the trial's runner runs (or ran, and the trial has not taken its outcome yet):
+    its status says Running, or its Pod does, for the seconds before the operator writes that
+    status (`OperatorConfig.running_status_after_sec`)."""
+    if entry.phase == TrialPhase.RUNNING:
+        return True
+    return not entry.finished and entry.runs_in_pod and runner_started(entry)
+
+
 def trial_counts(
     plan: JobPlan,
     trials: Mapping[str, TrialEntry],
     *,
     rows: bool = True,
     kept_rows: Mapping[str, Sequence[RowEntry]] | None = None,
+    runner_started: RunnerStarted = no_runner_started,
 ) -> tuple[int, int]:
     """(running, finished) among the seed's trials of the plan: a finished shard's rows have
     all finished, a running shard has one row running (it answers them one at a time), and a
@@ -106,7 +117,7 @@ def trial_counts(
             continue
         if entry.finished:
             finished += len(shard.trials) if rows and shard is not None else 1
-        elif entry.phase == TrialPhase.RUNNING:
+        elif runs(entry, runner_started):
             running += 1
     return running, finished
 
@@ -123,6 +134,7 @@ def job_status(
     result_uri: str | None = None,
     kept_rows: Mapping[str, Sequence[RowEntry]] | None = None,
     kept: int = 0,
+    runner_started: RunnerStarted = no_runner_started,
 ) -> RolloutJobStatus:
     """The status of a valid job: its phase, counts, figures and conditions.
 
@@ -132,7 +144,9 @@ def job_status(
     says how many, for the Valid condition.
     """
     total = plan.trial_count
-    running, finished = trial_counts(plan, trials, kept_rows=kept_rows)
+    running, finished = trial_counts(
+        plan, trials, kept_rows=kept_rows, runner_started=runner_started
+    )
     summary = summarize(outcomes(plan, trials, kept_rows), metrics=metrics)
     done = finished == total
     if done and result_uri is not None:

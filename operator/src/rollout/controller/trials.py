@@ -121,6 +121,9 @@ class Nothing:
 
     waiting: bool = False
     """True while the Pod waits in a way a grace period may end (recheck later)."""
+    due_in: float | None = None
+    """Seconds until something is due for the waiting trial (its Running status): look again
+    then at the latest."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,7 @@ def decide(
         place=place,
         prices=config.unit_prices,
         max_infra_retries=max_infra_retries,
+        running_status_after=config.running_status_after_sec,
     )
 
 
@@ -269,9 +273,11 @@ def act(
     place: TrialPlace,
     prices: UnitPrices | None,
     max_infra_retries: int,
+    running_status_after: float = 0.0,
 ) -> TrialAction:
     """The action for a verdict on the trial's Pod (`prices`: the operator's unit prices, for
-    the trial's cost)."""
+    the trial's cost). A trial's status says Running once its runner has run for
+    `running_status_after` seconds: one that ends sooner is written once, with its outcome."""
     pod_name = pod.name if pod is not None else trial.current_pod_name
     removable = pod is not None and not pod.deleting
     cleanup = pod_name if removable and not trial.preserve_env else None
@@ -295,9 +301,12 @@ def act(
     match verdict:
         case Waiting():
             return Nothing(waiting=True)
-        case Running():
+        case Running(since=since):
             if trial.phase == TrialPhase.RUNNING:
                 return Nothing()
+            ran = (now - since).total_seconds() if since is not None else running_status_after
+            if ran < running_status_after:
+                return Nothing(waiting=True, due_in=running_status_after - ran)
             return PatchStatus(running_status(pod_name, now))
         case Finished(message=message) if message is not None:
             record = None
