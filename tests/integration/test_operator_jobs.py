@@ -259,8 +259,11 @@ async def test_the_operator_runs_a_job_with_the_settings_it_ships_with(
     async with kube.operator(settings=settings, memo=memo):
         await kube.create(ROLLOUT_JOBS, job_manifest("shipped", [dataset]))
         await play_kubelet(kube, lambda: job_phase(kube, "shipped", "Completed"))
-    watches = [c for c in kube.calls() if c.is_watch and c.user_agent.startswith("kopf")]
+    watches = [c for c in kube.calls() if c.is_watch]
     assert {c.params["timeoutSeconds"] for c in watches} == {str(WATCH_SERVER_TIMEOUT_SEC)}
+    kopfs = {c.resource for c in watches if c.user_agent.startswith("kopf")}
+    assert kopfs >= {ROLLOUT_JOBS}
+    assert not kopfs & {ROLLOUT_TRIALS, PODS}  # the operator's own watches (`watches`)
     assert {c.resource for c in watches} >= {ROLLOUT_JOBS, ROLLOUT_TRIALS, PODS}
 
 

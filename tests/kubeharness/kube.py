@@ -291,13 +291,20 @@ class Kube(KubeletHelpers, abc.ABC):
         `namespaces=None` means the test's namespace; `registry=None` means kopf's default
         registry (where module-level `@kopf.on...` handlers go); `settings=None` means
         `fast_settings()`. It is stopped gracefully at the end of the block unless it was
-        stopped or killed inside it.
+        stopped or killed inside it. A memo's `config` (the operator's) watches the same
+        namespaces as kopf, as `rollout-operator` gives kopf its configured ones.
         """
+        watched = list(namespaces) if namespaces is not None else [self.namespace]
+        config = getattr(memo, "config", None)
+        if memo is not None and config is not None and hasattr(config, "namespaces"):
+            memo.config = config.model_copy(  # type: ignore[attr-defined]
+                update={"namespaces": [] if clusterwide else watched}
+            )
         running = RunningOperator(
             self.connection(identity),
             registry=registry,
             settings=settings if settings is not None else fast_settings(),
-            namespaces=namespaces if namespaces is not None else (self.namespace,),
+            namespaces=watched,
             clusterwide=clusterwide,
             standalone=False if standalone is None and peering_name is not None else standalone,
             peering_name=peering_name,

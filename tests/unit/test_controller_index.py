@@ -169,15 +169,14 @@ def test_alike_pods_share_their_spec_and_every_pod_its_keys() -> None:
     second["spec"] = {**second["spec"], "activeDeadlineSeconds": 600}
     third = pod_body()
     third["metadata"] = {**third["metadata"], "name": "t3"}
+    third["metadata"]["creationTimestamp"] = "".join(first["metadata"]["creationTimestamp"])
     one, two, three = slim_pod(first), slim_pod(second), slim_pod(third)
     assert one["spec"] is three["spec"]  # alike: one object
     assert two["spec"] is not one["spec"]
     assert two["spec"]["activeDeadlineSeconds"] == 600  # the deadline's message needs it
     assert "labels" not in one["metadata"]
-    assert one["metadata"] == {
-        "name": "t1",
-        "creationTimestamp": first["metadata"]["creationTimestamp"],
-    }
+    assert one["metadata"] == {"creationTimestamp": first["metadata"]["creationTimestamp"]}
+    assert one["metadata"]["creationTimestamp"] is three["metadata"]["creationTimestamp"]
     # Keys and short values decoded from two events are one string each in the index.
     decoded = [json.loads(json.dumps(pod_body()["status"])) for _ in range(2)]
     kept = [compact(status) for status in decoded]

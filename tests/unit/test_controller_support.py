@@ -30,7 +30,7 @@ from rollout.storage import StorageCredentials
 # --- kopf settings --------------------------------------------------------------------------------
 
 
-def test_the_settings_keep_kopf_off_trials_and_pods_and_select_trial_pods() -> None:
+def test_the_settings_keep_kopf_to_its_own_domain_and_whole_second_timeouts() -> None:
     settings = kopf.OperatorSettings()
     configure_settings(
         settings, OperatorConfig(runner_image="r", peering_name=None, worker_limit=7)
@@ -40,7 +40,6 @@ def test_the_settings_keep_kopf_off_trials_and_pods_and_select_trial_pods() -> N
     assert settings.persistence.progress_storage.prefix == "rollout.dev"
     assert isinstance(settings.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
     assert settings.posting.level == logging.WARNING
-    assert list(settings.watching.label_selectors.values()) == ["rollout.dev/trial"]
     assert settings.queueing.worker_limit == 7
     # What kopf sends as `timeoutSeconds`: the API server parses an integer and refuses "270.0".
     assert str(settings.watching.server_timeout) == "270"

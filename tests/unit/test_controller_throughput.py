@@ -22,7 +22,6 @@ from rollout.controller.jobexec import (
     at_most,
 )
 from rollout.controller.kubeapi import TRIAL_LANES, namespaced_path, trial_lane
-from rollout.controller.settings import ESSENTIAL_KINDS, DaemonKindsDiffBase
 
 # --- at most so many at once -------------------------------------------------------------------
 
@@ -168,36 +167,16 @@ def test_request_paths() -> None:
 # --- kopf's diff base ---------------------------------------------------------------------------
 
 
-def body(kind: str | None) -> kopf.Body:
-    raw: dict[str, Any] = {
-        "apiVersion": "v1",
-        "metadata": {"name": "x", "labels": {"a": "b"}},
-        "spec": {"containers": [{"name": "c", "image": "i"}]},
-        "status": {"phase": "Pending"},
-    }
-    if kind is not None:
-        raw["kind"] = kind
-    return kopf.Body(raw)
-
-
-def test_only_the_kinds_with_daemons_get_an_essence() -> None:
-    storage = DaemonKindsDiffBase(prefix="rollout.dev", key="last-handled-configuration")
-    for kind in ("RolloutJob", "RolloutImage", None):
-        essence = storage.build(body=body(kind))
-        assert essence["spec"] == {"containers": [{"name": "c", "image": "i"}]}
-        assert essence["metadata"] == {"labels": {"a": "b"}}
-    for kind in ("Pod", "RolloutTrial"):
-        assert storage.build(body=body(kind)) == {}
-
-
-def test_the_kinds_with_daemons_or_change_handlers_are_the_essential_ones() -> None:
-    # If a handler that needs kopf's diff is added for another kind, ESSENTIAL_KINDS must say so.
+def test_kopf_watches_jobs_and_images_only() -> None:
+    """Trials and their Pods are the operator's own watches (`watches`): kopf would keep a
+    memory of its own for each of 100,000 of them."""
     assert handlers.reconcile_job is not None
     registry = kopf.get_default_registry()
-    needing_diffs = [
+    every = [
+        *registry._indexing.get_all_handlers(),
+        *registry._watching.get_all_handlers(),
         *registry._spawning.get_all_handlers(),
         *registry._changing.get_all_handlers(),
     ]
-    plurals = {h.selector.any_name or h.selector.plural for h in needing_diffs}
+    plurals = {h.selector.any_name or h.selector.plural for h in every}
     assert plurals == {"rolloutjobs", "rolloutimages"}
-    assert {"RolloutJob", "RolloutImage"} == ESSENTIAL_KINDS

@@ -10,8 +10,9 @@ that kopf and our operator behave against it as they would against a real API se
 - finalizers and `deletionTimestamp`, deletion once the last finalizer goes, and garbage
   collection of dependents through `ownerReferences` (background propagation);
 - list and watch with `labelSelector` and `fieldSelector`, a numeric `resourceVersion` on lists,
-  watches that resume from a `resourceVersion` without losing or repeating events, and
-  `timeoutSeconds` (the server ends the watch, as a real one does);
+  watches that resume from a `resourceVersion` without losing or repeating events (410 Gone
+  from before a `compact()`, as after etcd's compaction), and `timeoutSeconds` (the server ends
+  the watch, as a real one does);
 - unknown fields pruned by the CRD's structural schema, as the API server prunes them.
 
 kmock 0.8 itself cannot parse `/api/v1/namespaces[/<name>]` (it fails with a ValueError, so kopf's
@@ -77,6 +78,8 @@ class ClusterEmulator(RbacAuthorizer, ObjectWrites, ObjectState, kmock.Kubernete
     _event_log: dict[kmock.resource, list[tuple[int, WatchEvent]]] = attrs.field(
         factory=dict, init=False
     )
+    _compacted: int = attrs.field(default=0, init=False)
+    """The revision etcd's history was compacted at: a watch from before it gets 410 Gone."""
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _responses: dict[int, Body] = attrs.field(factory=dict, init=False)
     _crd_resources: dict[str, list[kmock.resource]] = attrs.field(factory=dict, init=False)
@@ -251,6 +254,15 @@ class ClusterEmulator(RbacAuthorizer, ObjectWrites, ObjectState, kmock.Kubernete
             "items": items,
         }
 
+    def compact(self) -> int:
+        """Forget the watch history up to now, as etcd's compaction does (kube-apiserver asks
+        for one every 5 minutes): a watch from an older resourceVersion then gets 410 Gone, and
+        its client must list again. Returns the revision compacted at."""
+        self._compacted = self.revision
+        for resource, log in self._event_log.items():
+            self._event_log[resource] = [(r, e) for r, e in log if r > self._compacted]
+        return self._compacted
+
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[rendering.Payload]:
         """Stream events from `resourceVersion` on, or the current objects as ADDED without one.
 
@@ -277,6 +289,21 @@ class ClusterEmulator(RbacAuthorizer, ObjectWrites, ObjectState, kmock.Kubernete
                 and selector.matches(body)
             )
 
+        if since.isdigit() and 0 < int(since) < self._compacted:
+            # What kube-apiserver streams then: HTTP 200, one ERROR event, the end.
+            yield {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": f"too old resource version: {since} ({self._compacted})",
+                    "reason": "Expired",
+                    "code": 410,
+                },
+            }
+            return
         async with self._lock:
             mark = await bus.mark()
             if since.isdigit() and int(since) > 0:

@@ -1,11 +1,11 @@
 """The operator's kopf handlers: thin registration, the work is elsewhere.
 
-- startup: settings (`settings.configure_settings`) and the shared `Runtime` in the memo;
-- indexes of RolloutTrials (by job) and trial Pods (by trial), which kopf fills from its initial
-  listings before any other handler runs (`index.py`);
-- `on.event` handlers for RolloutJobs, RolloutTrials and trial Pods: they only wake the job's
-  reconciler (and note deleted Pods). `on.event` stores nothing on the objects: no annotations,
-  no finalizers, so trials and Pods cost no extra API writes;
+- startup: settings (`settings.configure_settings`), the shared `Runtime` in the memo, and the
+  operator's own watches of RolloutTrials and trial Pods (`watches.py`), which list them into
+  their indexes (`index.py`) before kopf starts any job's reconciler; their events only wake the
+  job's reconciler (and note deleted Pods), and nothing is stored on trials or Pods: no
+  annotations, no finalizers, no extra API writes;
+- an `on.event` handler for RolloutJobs, which wakes the job's reconciler;
 - one daemon per RolloutJob, the job's reconciler (`jobs.JobReconciler`), started for every job
   that exists when the operator starts and for every new one;
 - an index of RolloutImages, an `on.event` handler that wakes the jobs waiting for one, and a
@@ -27,36 +27,26 @@ import kopf
 
 from rollout.api.resources import (
     GROUP,
-    LABEL_TRIAL,
     VERSION,
     ImagePhase,
     RolloutImage,
     RolloutJob,
-    RolloutTrial,
 )
 from rollout.api.trials import label_value
 from rollout.controller.config import OperatorConfig
 from rollout.controller.images import ImageReconciler
-from rollout.controller.index import (
-    PodEntry,
-    TrialEntry,
-    index_image,
-    index_pod,
-    index_trial,
-    pod_trial_name,
-)
-from rollout.controller.jobs import ImagesIndex, JobReconciler, PodsIndex, TrialsIndex
+from rollout.controller.index import index_image, pod_trial_name
+from rollout.controller.jobs import ImagesIndex, JobReconciler
 from rollout.controller.kubeapi import KubeApi, default_api_client
 from rollout.controller.metrics import OperatorMetrics, default_metrics
 from rollout.controller.registry import DockerConfig
 from rollout.controller.runtime import Runtime
 from rollout.controller.settings import configure_settings
+from rollout.controller.watches import pods_index, start_watches, trial_watches, trials_index
 
 JOBS = RolloutJob.resource.plural
-TRIALS = RolloutTrial.resource.plural
 IMAGES = RolloutImage.resource.plural
 FINISHED_IMAGE = (ImagePhase.READY.value, ImagePhase.FAILED.value)
-TRIAL_PODS = {LABEL_TRIAL: kopf.PRESENT}
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +62,39 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     configure_settings(settings, config)
     metrics: OperatorMetrics = getattr(memo, "metrics", None) or default_metrics()
     api_client = getattr(memo, "api_client", None) or default_api_client()
-    memo.runtime = Runtime(
+    runtime = memo.runtime = Runtime(
         config,
         api=KubeApi(api_client, metrics=metrics),
         metrics=metrics,
         registry_config=_registry_config(config.image_registry_config),
+        trials=trials_index(),
+        pods=pods_index(),
     )
+
+    def trial_changed(kind: str, body: Any) -> None:
+        runtime.wake_for(body, str((body.get("metadata") or {}).get("name") or "") or None)
+
+    def trial_pod_changed(kind: str, body: Any) -> None:
+        if kind == "DELETED":
+            runtime.note_pod_deleted(body)
+        runtime.wake_for(body, pod_trial_name(body))
+
+    runtime.watches = trial_watches(
+        runtime.api,
+        config.namespaces,
+        trials=runtime.trials,
+        pods=runtime.pods,
+        on_trial=trial_changed,
+        on_pod=trial_pod_changed,
+        on_relist=runtime.wake_every_job,
+    )
+    # Listed before kopf starts any daemon: a job's reconciler sees every trial that exists.
+    await start_watches(runtime.watches)
     log.info(
-        "rollout-operator watching %s, peering %s",
+        "rollout-operator watching %s (%d trials, %d trial Pods), peering %s",
         ", ".join(config.namespaces) or "the whole cluster",
+        len(runtime.trials),
+        len(runtime.pods),
         config.peering_name or "off (standalone)",
     )
 
@@ -107,16 +121,6 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         runtime.close()
 
 
-@kopf.index(GROUP, VERSION, TRIALS)
-async def trials_by_job(body: kopf.Body, **_: Any) -> dict[str, TrialEntry] | None:
-    return index_trial(body)
-
-
-@kopf.index("v1", "pods", labels=TRIAL_PODS)
-async def trial_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodEntry] | None:
-    return index_pod(body)
-
-
 @kopf.index(GROUP, VERSION, IMAGES)
 async def images_by_name(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any] | None:
     return index_image(body)
@@ -127,21 +131,6 @@ async def job_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: An
     runtime_of(memo).wake(namespace or "", label_value(name))
 
 
-@kopf.on.event(GROUP, VERSION, TRIALS)
-async def trial_changed(name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    runtime_of(memo).wake_for(body, name)
-
-
-@kopf.on.event("v1", "pods", labels=TRIAL_PODS)
-async def trial_pod_changed(
-    event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
-) -> None:
-    runtime = runtime_of(memo)
-    if event.get("type") == "DELETED":
-        runtime.note_pod_deleted(body)
-    runtime.wake_for(body, pod_trial_name(body))
-
-
 @kopf.daemon(GROUP, VERSION, JOBS, cancellation_backoff=5.0, cancellation_timeout=5.0)
 async def reconcile_job(
     body: kopf.Body,
@@ -150,18 +139,17 @@ async def reconcile_job(
     **kwargs: Any,
 ) -> None:
     # kopf passes each index as a keyword argument named after its handler.
-    trials: TrialsIndex = kwargs["trials_by_job"]
-    pods: PodsIndex = kwargs["trial_pods"]
     images: ImagesIndex = kwargs["images_by_name"]
+    runtime = runtime_of(memo)
 
     def post_warning(reason: str, message: str) -> None:
         kopf.warn(body, reason=reason, message=message)
 
     reconciler = JobReconciler(
-        runtime_of(memo),
+        runtime,
         body,
-        trials=trials,
-        pods=pods,
+        trials=runtime.trials,
+        pods=runtime.pods,
         images=images,
         post_warning=post_warning,
     )

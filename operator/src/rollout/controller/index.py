@@ -7,7 +7,7 @@ it decides which trials to create, so it neither duplicates nor loses one.
 
 The values are small and plain (frozen dataclasses of strings and numbers), so that 100,000 trials
 fit in memory; a Pod keeps only what `podstatus.classify_pod` and `cost.pod_cost` read (its
-status, its name and timestamps, its containers' names, images and resources, its overhead and
+status, its timestamps, its containers' names, images and resources, its overhead and
 deadline), not its spec with the inline shim; the containers are shared among Pods alike, and
 keys and short strings among all (`compact`).
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -301,7 +301,7 @@ def index_trial(body: Mapping[str, Any]) -> dict[str, TrialEntry] | None:
 
 
 _KEPT_CONTAINER_FIELDS = ("name", "image", "resources")
-_KEPT_METADATA_FIELDS = ("name", "creationTimestamp", "deletionTimestamp")
+_KEPT_METADATA_FIELDS = ("creationTimestamp", "deletionTimestamp")
 _KEPT_SPEC_FIELDS = ("overhead", "activeDeadlineSeconds")
 _SHARED_SPECS_MAX = 4096
 _shared_specs: dict[str, dict[str, Any]] = {}
@@ -309,10 +309,49 @@ _shared_specs: dict[str, dict[str, Any]] = {}
 trials of one task have the same containers), by their JSON."""
 
 
-def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+class SlimPod(Mapping[str, Any]):
+    """A Pod as the index keeps it (`slim_pod`): read like its body (`metadata`, `spec`,
+    `status`), held as four fields rather than dicts (a Pod's body and metadata dicts were a
+    third of its size in the index)."""
+
+    __slots__ = ("_created", "_deleted", "_spec", "_status")
+    _KEYS = ("metadata", "spec", "status")
+
+    def __init__(
+        self,
+        created: str | None,
+        deleted: str | None,
+        spec: Mapping[str, Any],
+        status: Mapping[str, Any],
+    ) -> None:
+        self._created, self._deleted = created, deleted
+        self._spec, self._status = spec, status
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "metadata":
+            times = (("creationTimestamp", self._created), ("deletionTimestamp", self._deleted))
+            return {name: value for name, value in times if value is not None}
+        if key == "spec":
+            return self._spec
+        if key == "status":
+            return self._status
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+    def __repr__(self) -> str:
+        return f"SlimPod({dict(self)!r})"
+
+
+def slim_pod(body: Mapping[str, Any]) -> SlimPod:
     """The parts of a Pod that `classify_pod` and `cost.pod_cost` read: no env, no shim script,
-    no volumes, no labels; the spec shared with the Pods whose specs are alike, and the status's
-    keys shared with every other Pod's (`compact`). What is kept is read, never changed."""
+    no volumes, no labels, no name (`PodEntry` has it); the spec shared with the Pods whose
+    specs are alike, and the status's keys shared with every other Pod's (`compact`). What is
+    kept is read, never changed."""
     metadata = body.get("metadata") or {}
     whole_spec = body.get("spec") or {}
     containers = whole_spec.get("containers") or []
@@ -325,11 +364,14 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     }
     # overhead: a RuntimeClass's share of the node, part of the Pod's cost
     spec.update({k: whole_spec[k] for k in _KEPT_SPEC_FIELDS if whole_spec.get(k)})
-    return {
-        "metadata": {k: metadata[k] for k in _KEPT_METADATA_FIELDS if k in metadata},
-        "spec": _shared_spec(spec),
-        "status": compact(body.get("status") or {}),
-    }
+    # A second's Pods share their timestamp: one string for them all.
+    created, deleted = (metadata.get(k) for k in _KEPT_METADATA_FIELDS)
+    return SlimPod(
+        compact(created) if isinstance(created, str) else None,
+        compact(deleted) if isinstance(deleted, str) else None,
+        _shared_spec(spec),
+        compact(body.get("status") or {}),
+    )
 
 
 def _shared_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -376,11 +418,12 @@ def index_pod(body: Mapping[str, Any]) -> dict[tuple[str, str], PodEntry] | None
     namespace = metadata.get("namespace")
     if not trial or not namespace:
         return None
+    name = str(metadata.get("name") or "")
     entry = PodEntry(
-        namespace=str(namespace),
-        name=str(metadata.get("name") or ""),
+        namespace=sys.intern(str(namespace)),
+        name=name,
         uid=str(metadata.get("uid") or ""),
-        trial=trial,
+        trial=name if trial == name else trial,  # a first try's Pod is named as its trial
         body=slim_pod(body),
     )
     return {(str(namespace), trial): entry}

@@ -136,23 +136,28 @@ class Turns:
     in order, so that one has always started, and each is `done` whatever happens to it."""
 
     def __init__(self, names: Iterable[str], window: int = 1) -> None:
-        self._order = list(names)
-        self._index = {name: index for index, name in enumerate(self._order)}
-        self._done = {name: asyncio.Event() for name in self._order}
+        self._index = {name: index for index, name in enumerate(names)}
+        self._done: set[int] = set()
+        # Events only for the turns someone waits for: a job of 100,000 trials does not make
+        # 100,000 of them at once.
+        self._waiting: dict[int, asyncio.Event] = {}
         self._window = max(1, window)
 
     @contextlib.asynccontextmanager
     async def take(self, name: str) -> AsyncIterator[None]:
-        index = self._index[name]
-        if index >= self._window:
-            await self._done[self._order[index - self._window]].wait()
+        before = self._index[name] - self._window
+        if before >= 0 and before not in self._done:
+            await self._waiting.setdefault(before, asyncio.Event()).wait()
         try:
             yield
         finally:
             self.done(name)
 
     def done(self, name: str) -> None:
-        self._done[name].set()
+        index = self._index[name]
+        self._done.add(index)
+        if (event := self._waiting.pop(index, None)) is not None:
+            event.set()
 
 
 async def at_most(calls: Iterable[Callable[[], Awaitable[None]]], limit: int) -> None:

@@ -20,11 +20,11 @@ The reconciler is the only writer of its job's trials, so no two handlers race o
 is woken by the event handlers (`runtime.Waker`), which say which trials changed, and sleeps
 otherwise (`pacing.Pacer` says what is due when).
 
-It acts on the index, which kopf fills from the initial listing before any daemon starts, so a
-restarted operator knows every existing trial first; its own writes are remembered until their
-watch events arrive, so it never acts twice on a stale view. Names are deterministic and creates
-accept 409: stopping the operator at any moment and starting it again neither duplicates nor loses
-a trial.
+It acts on the index, which the operator's watches fill from their first listing before kopf
+starts any daemon (`watches`), so a restarted operator knows every existing trial first; its own
+writes are remembered until their watch events arrive, so it never acts twice on a stale view.
+Names are deterministic and creates accept 409: stopping the operator at any moment and starting
+it again neither duplicates nor loses a trial.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 import kopf
 
 from rollout.api.resources import JobPhase, RolloutJobStatus
-from rollout.controller.index import ImageEntry, PodEntry, TrialEntry, find_pod, pod_name_for
+from rollout.controller.index import ImageEntry, TrialEntry, find_pod, pod_name_for
 from rollout.controller.jobdecide import JobView, TrialLook, cancelled_records, decide_job
 from rollout.controller.jobexec import JobExecutor, PostWarning
 from rollout.controller.jobspec import JobSpec, Planned, StorageUnavailable, parse_job
@@ -49,6 +49,7 @@ from rollout.controller.pacing import RESYNC_SEC, Pacer, recheck_delay
 from rollout.controller.podfields import runner_started, timestamp
 from rollout.controller.runtime import Runtime
 from rollout.controller.ttl import ttl_after_finished
+from rollout.controller.watches import PodsIndex, TrialsIndex
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,6 @@ MAX_LOOKS = 6
 """Most looks in one pass (datasets read, trials written, more trials created, files written,
 status); a pass still unsettled after them is followed by the next at once."""
 
-TrialsIndex = Mapping[str, Iterable[TrialEntry]]
-PodsIndex = Mapping[tuple[str, str], Iterable[PodEntry]]
 ImagesIndex = Mapping[tuple[str, str], Iterable[ImageEntry]]
 
 

@@ -29,7 +29,7 @@ import asyncio
 import json
 import os
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 from urllib.parse import quote
@@ -122,21 +122,17 @@ class KubeApi:
             lane.shutdown(wait=False, cancel_futures=True)
 
     def _send(
-        self, method: str, path: str, body: Any, content_type: str, decode: bool
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        decode: bool,
+        query: Sequence[tuple[str, Any]] = (),
     ) -> dict[str, Any] | None:
         """One request, in the calling thread (see the module docstring); the answer as JSON
         (None unless `decode`); an `ApiException` for an error answer."""
-        client = self.api_client
-        method, url, headers, body, post = client.param_serialize(
-            method,
-            path,
-            header_params={"Accept": JSON, "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response: Any = client.call_api(
-            method, url, headers, body, post, _request_timeout=self.timeout
-        )
+        response = self.open(method, path, body, content_type, query, self.timeout)
         try:
             data = response.read()  # to its end, whatever the status
         finally:
@@ -145,6 +141,32 @@ class KubeApi:
             text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
             raise ApiException.from_response(http_resp=response, body=text, data=None)
         return cast(dict[str, Any], json.loads(data)) if decode else None
+
+    def open(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        query: Sequence[tuple[str, Any]],
+        timeout: float | tuple[float, float],
+    ) -> Any:
+        """A request sent in the calling thread, its answer not read yet (a watch's stream is
+        read as it comes: `watches`); the caller reads it and releases its connection."""
+        client = self.api_client
+        method, url, headers, body, post = client.param_serialize(
+            method,
+            path,
+            query_params=list(query),
+            header_params={"Accept": JSON, "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return client.call_api(method, url, headers, body, post, _request_timeout=timeout)
+
+    def read(self, path: str, query: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+        """GET `path` with `query`, in the calling thread (a watch's own): the answer's JSON."""
+        return cast(dict[str, Any], self._send("GET", path, None, JSON, True, query))
 
     async def _request(
         self,

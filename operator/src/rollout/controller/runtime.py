@@ -4,9 +4,10 @@ handlers and job reconcilers.
 
 Each RolloutJob has one reconciler (a kopf daemon) that sleeps until something about the job
 changes. The event handlers of jobs, trials and trial Pods only `wake` it: many events in a burst
-wake it once, and it then looks at everything at once (the index is already up to date, since
-kopf indexes an event before it calls the handlers). A RolloutImage's change wakes the jobs whose
-trials wait for it: each job's reconciler says which images it waits for (`wait_for_images`).
+wake it once, and it then looks at everything at once (the index is already up to date: the
+operator's watches index an event before they call the handler). A RolloutImage's change wakes
+the jobs whose trials wait for it: each job's reconciler says which images it waits for
+(`wait_for_images`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ from rollout.controller.index import owner_name, owner_uid
 from rollout.controller.kubeapi import KubeApi
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.registry import DockerConfig
+from rollout.controller.watches import (
+    PodsIndex,
+    TrialsIndex,
+    Watch,
+    pods_index,
+    stop_watches,
+    trials_index,
+)
 
 DELETED_POD_MEMORY_SEC = 600.0
 """How long a Pod's deletion is remembered: long enough for its trial's reconciler to see it."""
@@ -92,6 +101,8 @@ class Runtime:
         stores: StoreCache | None = None,
         datasets: DatasetResolver | None = None,
         registry_config: DockerConfig | None = None,
+        trials: TrialsIndex | None = None,
+        pods: PodsIndex | None = None,
     ) -> None:
         self.config = config
         self.api = api
@@ -100,11 +111,17 @@ class Runtime:
         self.datasets = datasets or DatasetResolver()
         self.registry_config = registry_config
         """The operator's own registry credentials, for looking images up (None: anonymous)."""
+        self.trials = trials if trials is not None else trials_index()
+        """RolloutTrials by their job's uid, as the operator's watches keep them."""
+        self.pods = pods if pods is not None else pods_index()
+        """Trial Pods by (namespace, trial name), as the operator's watches keep them."""
+        self.watches: list[Watch] = []
         self._wakers: dict[tuple[str, str], Waker] = {}
         self._deleted_pods: dict[tuple[str, str, str], float] = {}
         self._image_waiters: dict[tuple[str, str], set[str]] = {}
 
     def close(self) -> None:
+        stop_watches(self.watches)
         self.api.close()
 
     # --- waking job reconcilers
@@ -154,6 +171,11 @@ class Runtime:
         """Wake a job's reconciler to look at every one of its trials."""
         waker = self._wakers.get((namespace, job_label))
         if waker is not None:
+            waker.poke(everything=True)
+
+    def wake_every_job(self) -> None:
+        """Wake every job's reconciler to look at all its trials (after events were missed)."""
+        for waker in self._wakers.values():
             waker.poke(everything=True)
 
     def wake_for(self, body: Mapping[str, Any], trial: str | None) -> None:
