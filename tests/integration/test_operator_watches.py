@@ -6,18 +6,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
+from operator_kit import (
+    job_manifest,
+    job_phase,
+    make_dataset,
+    operator_config,
+    operator_memo,
+    play_kubelet,
+    publish,
+)
 from prometheus_client import CollectorRegistry
+from s3_kit import S3Settings
 
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
-from kubeharness.resources import PODS
+from kubeharness.resources import PODS, ROLLOUT_JOBS
 from rollout.controller.kubeapi import CORE, KubeApi
 from rollout.controller.metrics import OperatorMetrics
 from rollout.controller.watches import PodsIndex, Watch, pods_index
+from rollout.storage import ObjectStore
 
 LABEL = "rollout.dev/trial"
 
@@ -142,3 +155,25 @@ async def test_a_watch_whose_version_was_compacted_away_lists_again(emulated_kub
             watch.stop()
     gone = [c for c in kube.calls() if c.is_watch and c.resource == PODS]
     assert len(gone) >= 4
+
+
+async def test_an_operator_whose_first_listing_is_refused_starts_again_with_one_set_of_watches(
+    emulated_kube: Kube, store: ObjectStore, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    """A listing refused at start (the API server restarting) fails kopf's startup handler,
+    which kopf runs again: the watches that had started stop, and one set goes on."""
+    kube = emulated_kube
+    dataset = publish(store, make_dataset(tmp_path / "set", ["only"]))
+    kube.fail("GET", PODS, status=503, reason="ServiceUnavailable", times=1)
+    memo = operator_memo(kube, operator_config(s3_settings))
+    async with kube.operator(memo=memo, ready_timeout=30):
+        await kube.wait_for(lambda: len(watch_threads()) == 2, what="one set of watches")
+        await kube.create(ROLLOUT_JOBS, job_manifest("after", [dataset]))
+        await play_kubelet(kube, lambda: job_phase(kube, "after", "Completed"))
+    lists = [c for c in kube.calls() if c.resource == PODS and c.method == "GET" and not c.is_watch]
+    assert len(lists) >= 2  # refused, then again
+    await kube.wait_for(lambda: not watch_threads(), what="the watches to end with the operator")
+
+
+def watch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("rollout-watch-")]

@@ -144,8 +144,11 @@ def test_timing_knobs_are_read() -> None:
             "ROLLOUT_IMAGE_PULL_GRACE_SEC": "7.5",
             "ROLLOUT_STATUS_INTERVAL_SEC": "0",
             "ROLLOUT_POD_TERMINATION_GRACE_SEC": "3",
+            "ROLLOUT_RUNNING_STATUS_AFTER_SEC": "0",
         }
     )
+    assert config.running_status_after_sec == 0
+    assert OperatorConfig.from_env(MINIMAL).running_status_after_sec == 10
     assert config.unschedulable_grace_sec == 30
     assert config.image_pull_grace_sec == 7.5
     assert config.status_interval_sec == 0
@@ -247,6 +250,20 @@ def test_values_out_of_range_are_named_by_their_variable() -> None:
         {**MINIMAL, "ROLLOUT_METRICS_PORT": "70000", "ROLLOUT_WORKER_LIMIT": "0"}
     )
     assert {p.field for p in problems} == {"ROLLOUT_METRICS_PORT", "ROLLOUT_WORKER_LIMIT"}
+
+
+def test_namespaces_are_names_not_patterns() -> None:
+    """The operator's own watches ask for /namespaces/<name>/...: a kopf-style pattern would
+    watch nothing, so it is refused at start, by its variable."""
+    assert OperatorConfig.from_env({**MINIMAL, "ROLLOUT_NAMESPACES": "a,team-b"}).namespaces == [
+        "a",
+        "team-b",
+    ]
+    for wrong in ("team-*", "Team", "a_b"):
+        (problem,) = problems_of({**MINIMAL, "ROLLOUT_NAMESPACES": f"ok,{wrong}"})
+        assert problem.field == "ROLLOUT_NAMESPACES"
+        assert f"{wrong!r} is not a namespace name" in problem.message
+        assert "patterns are not supported" in problem.message
 
 
 def test_pod_overrides_with_an_unknown_field_say_which() -> None:

@@ -29,6 +29,7 @@ from rollout.api.task import parse_task_config
 from rollout.controller.config import OperatorConfig
 from rollout.controller.index import ImageEntry, PodEntry, TrialEntry
 from rollout.controller.jobdecide import (
+    MAX_CREATIONS,
     STORAGE_RETRY_SEC,
     CreateNetworkPolicies,
     CreateTrial,
@@ -278,6 +279,20 @@ def test_finished_trials_free_their_slots_for_the_next_in_order() -> None:
     # A gap in the order (a trial deleted by hand) is filled first.
     gap = {n: e for n, e in existing.items() if n != NAMES[1]}
     assert created(decide(trials=gap)) == [NAMES[1], NAMES[3]]
+
+
+def test_a_wide_job_is_created_max_creations_at_a_time() -> None:
+    """A job of 100,000 trials at once does not hold 100,000 creations at once: each look
+    makes the next MAX_CREATIONS, and the next look (at once: it wrote) the rest."""
+    config = parse_task_config(IMAGE)
+    tasks = tuple(ResolvedTask(f"t{i}", "b" * 64, config) for i in range(MAX_CREATIONS + 3))
+    plan = plan_job("job", ["oracle"], [ResolvedDataset("d", "a" * 64, tasks)], 1)
+    job = rollout_job(agents=[{"name": "oracle"}], nAttempts=1, nConcurrentTrials=len(plan))
+    wide = Planned(job, plan, STORAGE, policy_plan(job, STORAGE, plan))
+    first = created(decide(spec=wide))
+    assert first == [t.name for t in plan.trials[:MAX_CREATIONS]]
+    made = {name: entry(name) for name in first}
+    assert created(decide(spec=wide, trials=made)) == [t.name for t in plan.trials[MAX_CREATIONS:]]
 
 
 def test_a_full_job_creates_nothing() -> None:

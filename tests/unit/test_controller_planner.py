@@ -65,6 +65,14 @@ def test_the_next_trials_fill_the_free_slots_in_order(plan: JobPlan) -> None:
     assert [t.name for t in chosen] == [names[1], names[3]]
 
 
+def test_a_look_creates_at_most_so_many_however_many_slots_are_free(plan: JobPlan) -> None:
+    names = [t.name for t in plan.trials]
+    some = next_to_create(
+        plan, {}.__contains__, unfinished=0, concurrency=100, suspended=False, at_most=2
+    )
+    assert [t.name for t in some] == names[:2]  # the first two; the next look the next ones
+
+
 def test_no_trial_starts_when_the_job_is_full_or_suspended(plan: JobPlan) -> None:
     names = [t.name for t in plan.trials]
     running = {n: entry(n, TrialPhase.RUNNING) for n in names[:3]}

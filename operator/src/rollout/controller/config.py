@@ -29,6 +29,7 @@ from pydantic import (
 from rollout.api.images import ENVIRONMENT_IMAGE_REPOSITORY
 from rollout.api.job_settings import LogLevel
 from rollout.api.resources import Builder, BuilderType, PodOverrides, StorageSpec
+from rollout.api.trials import is_dns_label
 from rollout.controller.builds import (
     DEFAULT_BUILD_PLATFORM,
     DEFAULT_BUILDER_IMAGES,
@@ -121,9 +122,9 @@ class OperatorConfig(BaseModel):
         200,
         ge=1,
         description=(
-            "kopf's worker limit: objects handled at once. Each trial, Pod and job holds a "
-            "worker while its events are processed, so at scale a small limit throttles the "
-            "watches."
+            "kopf's worker limit: objects handled at once. Each job and RolloutImage holds a "
+            "worker while its events are processed (trials and Pods are the operator's own "
+            "watches, `watches`)."
         ),
     )
     log_level: LogLevel = Field(LogLevel.INFO, description="debug, info, warning or error.")
@@ -202,6 +203,18 @@ class OperatorConfig(BaseModel):
         allow_inf_nan=False,
         description="Seconds between two looks at a running build Pod.",
     )
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: list[str]) -> list[str]:
+        # The operator's own watches go to /namespaces/<name>/...: a pattern is no name.
+        for name in value:
+            if not is_dns_label(name):
+                raise ValueError(
+                    f"{name!r} is not a namespace name (lower-case letters, digits and '-', "
+                    "at most 63): name each namespace to watch, patterns are not supported"
+                )
+        return value
 
     @field_validator("image_registry", "image_pull_registry")
     @classmethod

@@ -56,7 +56,12 @@ def runtime_of(memo: Any) -> Runtime:
     return runtime
 
 
-@kopf.on.startup()
+STARTUP_BACKOFF_SEC = 5.0
+"""How soon kopf runs the startup handler again after it failed (the first listing of trials or
+Pods refused: the API server restarting, RBAC not applied yet); kopf's default is a minute."""
+
+
+@kopf.on.startup(backoff=STARTUP_BACKOFF_SEC)
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig.from_env()
     configure_settings(settings, config)

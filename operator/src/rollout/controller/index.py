@@ -1,9 +1,10 @@
 """The in-memory index: what the operator knows of every RolloutTrial and trial Pod it watches.
 
-kopf keeps the index (`kopf.index` handlers in `handlers.py` return the values made here) and,
-crucially for crash safety, fills it from the initial listing of every watched resource before any
-other handler or daemon starts. A restarted operator therefore sees every trial that exists before
-it decides which trials to create, so it neither duplicates nor loses one.
+The operator's own watches keep the trials' and Pods' indexes (`watches.Index`, with the values
+made here) and, crucially for crash safety, fill them from a first listing before kopf starts any
+daemon; kopf keeps the RolloutImages' (`kopf.index` in `handlers.py`). A restarted operator
+therefore sees every trial that exists before it decides which trials to create, so it neither
+duplicates nor loses one.
 
 The values are small and plain (frozen dataclasses of strings and numbers), so that 100,000 trials
 fit in memory; a Pod keeps only what `podstatus.classify_pod` and `cost.pod_cost` read (its
@@ -295,7 +296,7 @@ def _waits_for_image(status: Mapping[str, Any]) -> bool:
 
 
 def index_trial(body: Mapping[str, Any]) -> dict[str, TrialEntry] | None:
-    """`{job uid: entry}` for kopf's trials index; None (not indexed) without a RolloutJob owner."""
+    """`{job uid: entry}` for the trials index; None (not indexed) without a RolloutJob owner."""
     job = owner_uid(body, RolloutJob.resource.kind)
     return {job: trial_entry(body)} if job else None
 
@@ -412,7 +413,7 @@ def pod_trial_name(body: Mapping[str, Any]) -> str | None:
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[tuple[str, str], PodEntry] | None:
-    """`{(namespace, trial name): entry}` for kopf's Pods index; None for a Pod of no trial."""
+    """`{(namespace, trial name): entry}` for the Pods index; None for a Pod of no trial."""
     metadata = body.get("metadata") or {}
     trial = pod_trial_name(body)
     namespace = metadata.get("namespace")

@@ -103,6 +103,12 @@ STORAGE_RETRY_SEC = 10.0
 """How soon a job whose datasets could not be read (storage unreachable) is looked at again."""
 
 
+MAX_CREATIONS = 2_000
+"""Most trials one decision creates; the next look, at once, creates the next ones. A job of
+100,000 trials at once does not hold 100,000 creations (manifests, requests, turns) in memory
+together: the operator's peak, and so its resident memory after it, stays near its steady size."""
+
+
 # --- what the reconciler sees ---------------------------------------------------------------------
 
 
@@ -576,6 +582,7 @@ def _creations(view: JobView, planned: Planned, config: OperatorConfig) -> list[
         unfinished=unfinished_count(planned.plan, view.trials),
         concurrency=job.spec.n_concurrent_trials,
         suspended=job.spec.suspend,
+        at_most=MAX_CREATIONS,
     )
     if not chosen:
         return []

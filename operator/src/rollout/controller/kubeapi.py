@@ -1,8 +1,10 @@
 """The operator's writes to the Kubernetes API, each idempotent and with a timeout.
 
-kopf watches and indexes; the writes go through the official `kubernetes` client's connection
-pool and credentials, which are synchronous, so every call runs in a thread pool of its own (never
-on the event loop), bounded so that a burst of trial creations cannot starve kopf's own executor.
+kopf and the operator's own watches (`watches`) read; the writes go through the official
+`kubernetes` client's connection pool and credentials, which are synchronous, so every call runs
+in a thread pool of its own (never on the event loop), bounded so that a burst of trial creations
+cannot starve kopf's own executor. The watches use the same client (`open`, `read`) from threads
+of their own.
 
 Every request is sent by `_request`, below the client's generated methods: the body goes out as
 the JSON it is and the answer comes back as plain JSON (or is not decoded at all). The generated

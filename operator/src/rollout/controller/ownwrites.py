@@ -1,6 +1,6 @@
 """A job reconciler's own recent writes, laid over what the watch shows until the watch catches up.
 
-The reconciler decides from the index, which kopf updates only when a write's watch event
+The reconciler decides from the index, which is updated only when a write's watch event
 arrives; its own writes of a moment ago may not be there yet. Acting on that stale view would
 act twice (create a Pod again, mark a trial Running again, start a trial in a slot that is not
 free). So it remembers, for a while:

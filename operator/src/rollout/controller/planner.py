@@ -27,13 +27,17 @@ def next_to_create(
     unfinished: int,
     concurrency: int,
     suspended: bool,
+    at_most: int | None = None,
 ) -> list[PlannedTrial]:
-    """The next trials to create, in order: as many missing trials as free slots allow.
+    """The next trials to create, in order: as many missing trials as free slots allow (and no
+    more than `at_most`).
 
     `unfinished` counts the job's trials that exist and have not finished; a suspended job creates
     none (its running trials finish on their own).
     """
     slots = concurrency - unfinished
+    if at_most is not None:
+        slots = min(slots, at_most)
     if suspended or slots <= 0:
         return []
     chosen: list[PlannedTrial] = []

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 500
 """Objects per page of a listing: the API server's memory per request stays small."""
 MAX_BACKOFF_SEC = 30.0
+RESUME_PAUSE_SEC = 0.1
+"""Between a watch the server ended and the next (kopf's `reconnect_backoff` too)."""
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -275,6 +277,7 @@ class Watch:
                     return  # the event loop is gone: the operator ended
             except Exception:  # stopped while failing
                 return
+            self._pause(RESUME_PAUSE_SEC)  # a server that ends every watch at once: no spin
 
     def _session(self) -> bool:
         """Watch until the server ends the watch, or list again after a 410; False once the
@@ -345,6 +348,8 @@ class Watch:
         )
         stream = self._stream = response.response
         try:
+            if self._ended():  # stopped before `stop` could see this stream to shut it
+                return
             if response.status == 410:
                 raise Gone()
             if not 200 <= response.status <= 299:
@@ -363,6 +368,9 @@ class Watch:
                 yield kind, body
         finally:
             self._stream = None
+            # Closed, not reused: a connection `stop` shut, or one a watch ended in the middle
+            # of an event, would hand the next request of the pool a dead or garbled stream.
+            stream.close()
             stream.release_conn()
 
 
@@ -432,8 +440,13 @@ def trial_watches(
 
 
 async def start_watches(watches: Sequence[Watch]) -> None:
-    """List every watched resource (all at once), then watch them."""
-    await asyncio.gather(*(watch.start() for watch in watches))
+    """List every watched resource (all at once), then watch them; if one cannot be listed,
+    none goes on (kopf retries the startup handler, which makes them anew)."""
+    try:
+        await asyncio.gather(*(watch.start() for watch in watches))
+    except BaseException:
+        stop_watches(watches)  # a watch whose listing ends later finds itself stopped
+        raise
 
 
 def stop_watches(watches: Sequence[Watch]) -> None:
