@@ -42,7 +42,7 @@ from rollout.controller.metrics import OperatorMetrics, default_metrics
 from rollout.controller.registry import DockerConfig
 from rollout.controller.runtime import Runtime
 from rollout.controller.settings import configure_settings
-from rollout.controller.watches import pods_index, start_watches, trial_watches, trials_index
+from rollout.controller.watches import start_watches, trial_watches
 
 JOBS = RolloutJob.resource.plural
 IMAGES = RolloutImage.resource.plural
@@ -72,12 +72,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         api=KubeApi(api_client, metrics=metrics),
         metrics=metrics,
         registry_config=_registry_config(config.image_registry_config),
-        trials=trials_index(),
-        pods=pods_index(),
     )
 
     def trial_changed(kind: str, body: Any) -> None:
-        runtime.wake_for(body, str((body.get("metadata") or {}).get("name") or "") or None)
+        runtime.wake_for(body, (body.get("metadata") or {}).get("name"))
 
     def trial_pod_changed(kind: str, body: Any) -> None:
         if kind == "DELETED":

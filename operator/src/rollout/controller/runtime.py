@@ -101,8 +101,6 @@ class Runtime:
         stores: StoreCache | None = None,
         datasets: DatasetResolver | None = None,
         registry_config: DockerConfig | None = None,
-        trials: TrialsIndex | None = None,
-        pods: PodsIndex | None = None,
     ) -> None:
         self.config = config
         self.api = api
@@ -111,9 +109,9 @@ class Runtime:
         self.datasets = datasets or DatasetResolver()
         self.registry_config = registry_config
         """The operator's own registry credentials, for looking images up (None: anonymous)."""
-        self.trials = trials if trials is not None else trials_index()
+        self.trials: TrialsIndex = trials_index()
         """RolloutTrials by their job's uid, as the operator's watches keep them."""
-        self.pods = pods if pods is not None else pods_index()
+        self.pods: PodsIndex = pods_index()
         """Trial Pods by (namespace, trial name), as the operator's watches keep them."""
         self.watches: list[Watch] = []
         self._wakers: dict[tuple[str, str], Waker] = {}

@@ -38,7 +38,7 @@ from tenacity import RetryCallState, Retrying, wait_random_exponential
 
 from rollout.api.resources import LABEL_TRIAL
 from rollout.controller.index import PodEntry, TrialEntry, index_pod, index_trial
-from rollout.controller.kubeapi import CORE, JSON, OURS, TRIALS, KubeApi
+from rollout.controller.kubeapi import CORE, JSON, OURS, TRIALS, KubeApi, namespaced_path
 from rollout.controller.settings import (
     WATCH_CLIENT_TIMEOUT_SEC,
     WATCH_CONNECT_TIMEOUT_SEC,
@@ -186,7 +186,7 @@ class Watch:
         """Seconds the server keeps one watch open (`timeoutSeconds`: an integer, "270.0" is a
         400); the client gives up on a silent stream `WATCH_CLIENT_TIMEOUT_SEC` after that."""
         self.collection = (
-            f"{api_path}/namespaces/{namespace}/{plural}" if namespace else f"{api_path}/{plural}"
+            namespaced_path(api_path, namespace, plural) if namespace else f"{api_path}/{plural}"
         )
         self.index = index
         self.handler = handler
@@ -197,7 +197,6 @@ class Watch:
         self._stream: Any = None  # the open watch's HTTP response
         self._version = ""
         self._relist = False
-        self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- on the event loop
@@ -205,13 +204,11 @@ class Watch:
     async def start(self) -> None:
         """List (the first time, before anything reads the index), then watch in a thread."""
         self._loop = asyncio.get_running_loop()
-        listed = self.index.fresh()
-        version = await self._loop.run_in_executor(None, self._list, listed)
+        listed, version = await self._loop.run_in_executor(None, self._list)
         self.index.adopt(listed, self.namespace)
-        self._thread = threading.Thread(
+        threading.Thread(
             target=self._run, args=(version,), name=f"rollout-watch-{self.where}", daemon=True
-        )
-        self._thread.start()
+        ).start()
         log.debug("%s: %d listed, watching", self.where, len(listed))
 
     def stop(self) -> None:
@@ -283,8 +280,8 @@ class Watch:
         """Watch until the server ends the watch, or list again after a 410; False once the
         event loop is gone."""
         if self._relist:
-            listed = self.index.fresh()
-            self._version, self._relist = self._list(listed), False
+            listed, self._version = self._list()
+            self._relist = False
             return self._hand_over(self._replace, listed)
         try:
             for kind, body in self._events(self._version):
@@ -305,10 +302,11 @@ class Watch:
             "%s: watch failed (%r); again in %.1f s", self.where, error, state.upcoming_sleep
         )
 
-    def _list(self, into: Index[Any, Any]) -> str:
-        """List the objects, page by page, into `into` (a page's bodies are dropped once
-        indexed: 100,000 Pods are never in memory at once); returns the listing's
+    def _list(self) -> tuple[Index[Any, Any], str]:
+        """The objects, listed page by page into a new index (a page's bodies are dropped once
+        indexed: 100,000 Pods are never in memory at once), and the listing's
         resourceVersion."""
+        into = self.index.fresh()
         token = ""
         while True:
             params: list[tuple[str, Any]] = [("limit", PAGE_SIZE)]
@@ -320,8 +318,7 @@ class Watch:
                 page = self.api.read(self.collection, params)
             except ApiException as err:
                 if err.status == 410 and token:  # the listing's snapshot expired: start over
-                    into.adopt(into.fresh(), None)
-                    token = ""
+                    into, token = self.index.fresh(), ""
                     continue
                 raise
             for body in page.get("items") or []:
@@ -329,7 +326,7 @@ class Watch:
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             if not token:
-                return str(metadata.get("resourceVersion") or "")
+                return into, str(metadata.get("resourceVersion") or "")
 
     def _events(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         """The watch's events from `version` until the server ends it."""
