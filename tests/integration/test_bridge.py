@@ -71,6 +71,32 @@ def write(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
+async def wait_explained(
+    kube: Kube,
+    predicate: Any,
+    *,
+    what: str,
+    job: str,
+    timeout: float = 10.0,  # noqa: ASYNC109 - kube.wait_for's deadline
+    process: BridgeProcess | None = None,
+) -> Any:
+    """kube.wait_for, whose timeout says where the job got to: its status, its trials' and the
+    bridge process's log (a wait that times out on a loaded machine says why)."""
+    try:
+        return await kube.wait_for(predicate, what=what, timeout=timeout)
+    except TimeoutError as err:
+        found = await kube.find(ROLLOUT_JOBS, job)
+        trials = [
+            (t["metadata"]["name"], t.get("metadata", {}).get("annotations"), t.get("status"))
+            for t in await kube.list(ROLLOUT_TRIALS, kube.namespace)
+        ]
+        log_tail = process.log_tail(80) if process is not None else "(the bridge runs in-thread)"
+        raise AssertionError(
+            f"{err}\nthe job's status: {(found or {}).get('status')}\nthe trials: {trials}"
+            f"\nthe bridge's log:\n{log_tail}"
+        ) from err
+
+
 async def trial_running(kube: Kube, name: str) -> dict[str, Any] | None:
     found = await kube.find(ROLLOUT_TRIALS, name)
     return found if ((found or {}).get("status") or {}).get("phase") == "Running" else None
@@ -213,9 +239,12 @@ async def test_a_bridge_killed_mid_trial_ends_the_lost_sandbox_and_runs_the_tria
         try:
             await kube.create(ROLLOUT_JOBS, remote_job("killed", dataset, engine_address))
             await kube.wait_for(lambda: trial_running(kube, trial("killed", "a")), timeout=60)
-            [first] = await kube.wait_for(
+            [first] = await wait_explained(
+                kube,
                 lambda: _some(bridge_containers(test_engine, "killed-bridge")),
                 what="its container",
+                job="killed",
+                process=process,
             )
             _touch(test_engine, first["Id"], "/first")
             await asyncio.sleep(1.0)  # into the agent's sleep
@@ -263,10 +292,13 @@ async def test_a_restarted_bridge_removes_the_containers_of_trials_deleted_while
         await process.start()
         try:
             await kube.create(ROLLOUT_JOBS, remote_job("swept", dataset, engine_address))
-            await kube.wait_for(
+            await wait_explained(
+                kube,
                 lambda: _some(bridge_containers(test_engine, "swept-bridge")),
                 what="its container",
+                job="swept",
                 timeout=60,
+                process=process,
             )
             await process.kill()
             await kube.delete(ROLLOUT_JOBS, "swept")

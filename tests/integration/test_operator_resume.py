@@ -217,9 +217,8 @@ async def test_a_trial_of_the_earlier_job_still_being_deleted_is_not_taken_for_t
         )
         await kube.delete(ROLLOUT_JOBS, "twice", kube.namespace)
         await kube.wait_for(lambda: kube.gone(ROLLOUT_JOBS, "twice"), what="the old job gone")
-        for name in (held, other):
-            if await kube.find(ROLLOUT_TRIALS, name) is not None:
-                await kube.delete(ROLLOUT_TRIALS, name, kube.namespace)
+        for name in (held, other):  # as a garbage collector would; the operator may be first
+            await kube.delete_if_present(ROLLOUT_TRIALS, name, kube.namespace)
         await kube.wait_for(lambda: kube.gone(ROLLOUT_TRIALS, other), what="the other trial gone")
 
         await kube.create(ROLLOUT_JOBS, manifest)

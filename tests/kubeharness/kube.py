@@ -121,6 +121,17 @@ class Kube(KubeletHelpers, abc.ABC):
     async def delete(self, resource: str, name: str, namespace: Namespace = ...) -> Body:
         """Delete (or mark for deletion while finalizers remain) an object."""
 
+    async def delete_if_present(self, resource: str, name: str, namespace: Namespace = ...) -> bool:
+        """Delete an object another party may be deleting too (the operator, a garbage
+        collector): False when it was already gone. Either backend answers 404 with `status`."""
+        try:
+            await self.delete(resource, name, namespace)
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return False
+            raise
+        return True
+
     async def create_namespace(self, name: str) -> Body:
         return await self.create(NAMESPACES, {"metadata": {"name": name}})
 
