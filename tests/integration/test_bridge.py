@@ -137,8 +137,8 @@ async def test_a_remote_docker_job_runs_on_the_engine_with_the_seeds_outcomes(
     status = done["status"]
     assert status["counts"]["finished"] == 3
     a, b, c = (result_of(store, "remote", task) for task in "abc")
+    assert a.error is None, a.error
     assert a.reward == 1.0
-    assert a.error is None
     assert b.error is not None
     assert b.error.type == "verifier_failed"
     assert c.error is not None
