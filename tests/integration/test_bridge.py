@@ -39,7 +39,7 @@ from rollout.bridge import handlers
 from rollout.bridge.kube import ANNOTATION_BRIDGE
 from rollout.storage import ObjectStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 SLOW_SOLUTION = "#!/bin/sh\nsleep 120\necho solved\n"
 

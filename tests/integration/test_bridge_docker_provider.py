@@ -33,7 +33,7 @@ from rollout_runner.environment import EnvironmentFailure, EnvironmentNotReady, 
 from rollout_runner.spec import AgentEnv
 from rollout_runner.trial import TrialReport, run_trial
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 KILL_GRACE_SEC = 0.3
 NAMESPACE = "team-a"

@@ -30,7 +30,7 @@ from rollout.local.engine import Engine
 from rollout.local.sandbox import SandboxStartFailed
 from rollout_runner.shim_environment import ShimEnvironment
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine]
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ NO_HOST_SANDBOX = host_sandbox_unavailable()
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(NO_HOST_SANDBOX is not None, reason=NO_HOST_SANDBOX or ""),
+    pytest.mark.engine,  # its docker tests
 ]
 
 SECRET = "sk-local-7f3a9c1e-never-on-disk"
