@@ -189,7 +189,7 @@ async def test_a_command_that_overruns_is_killed_with_every_process_of_its_sessi
     assert result.exit_code is None
     assert result.timed_out
     assert result.stdout == b"before\n"
-    assert 1 <= result.duration_sec < 10
+    assert 1 <= result.duration_sec < 60  # killed, not its 300 s (loose: CI runs two workers)
     left = await shared.run(
         "for p in $(cat /tmp/child.pid /tmp/stubborn.pid); do "
         "[ -d /proc/$p ] && grep -v '^State:.*Z' /proc/$p/status | grep ^State; done; true",

@@ -97,7 +97,7 @@ async def test_an_install_that_overruns_is_agent_install_timeout(
     assert report.result.error.message == "Agent install exceeded timeout of 1 seconds"
     setup_sec = report.result.durations.agent_setup_sec
     assert setup_sec is not None
-    assert 1 <= setup_sec < 10
+    assert 1 <= setup_sec < 30  # killed, not its 60 s (loose: CI runs two workers)
     objects = trial_objects(fast_retry_store, spec)
     assert objects["setup/stdout.txt"] == b"started\n"
     assert_verifier_skipped(report, objects)
@@ -227,7 +227,7 @@ async def test_a_verifier_that_overruns_is_verifier_timeout(
     assert report.result.error.message == "Verifier exceeded timeout of 1 seconds"
     verifier_sec = report.result.durations.verifier_sec
     assert verifier_sec is not None
-    assert 1 <= verifier_sec < 10
+    assert 1 <= verifier_sec < 30  # killed, not its hang (loose: CI runs two workers)
     assert (
         trial_objects(fast_retry_store, spec)["logs/verifier/stdout.txt"] == b"verifier started\n"
     )

@@ -466,7 +466,7 @@ async def test_a_timed_out_command_and_everything_it_started_are_killed(
     result = await sandbox.run(f"sleep 60 & echo $! >{pids}; trap '' TERM; sleep 60", timeout_sec=1)
     assert result.timed_out
     assert result.exit_code is None
-    assert result.duration_sec < 10
+    assert result.duration_sec < 30  # killed, not its 60 s (loose: CI runs two workers)
     child = int(pids.read_text())
     probe = await sandbox.run(alive(str(child)), timeout_sec=20)
     assert probe.stdout == b"gone\n"

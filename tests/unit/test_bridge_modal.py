@@ -757,7 +757,7 @@ async def test_a_command_that_overruns_is_killed_with_every_process_of_its_sessi
     assert (result.exit_code, result.timed_out) == (None, True)
     before, *pids = result.stdout.decode().split()
     assert (before, len(pids)) == ("before", 2)
-    assert 1 <= result.duration_sec < 10
+    assert 1 <= result.duration_sec < 60  # killed, not its 300 s (loose: CI runs two workers)
     assert [pid for pid in pids if alive(pid)] == []
     assert list((tmp_path / "private").iterdir()) == []  # the run's directory went with it
 
