@@ -7,19 +7,16 @@ its files are written, skipping the interpreter's teardown.
 Nothing its start-up makes is garbage (modules, pydantic's schemas, botocore's service models),
 yet the cyclic collector walks it all, again and again, as the heap grows: about a seventh of the
 imports' time and a third of the S3 client's. So the collector is off while the modules below are
-imported, and `run` turns it off again from parsing its input to making its storage client. Each
-time, what was made is frozen (`gc.freeze`: never walked again) before the collector is turned on
-again, for the trial and for any other importer of this module; turned on without that, its
-first pass would walk all of it at once. (`benchmarks/runner_overhead.py`: start-up 359 ms to
-305 ms p50.)
+imported, and `run` turns it off again from parsing its input to making its storage client
+(`CollectorPause`: on again after each, for the trial and for any other importer of this module).
+(`benchmarks/runner_overhead.py`: start-up 359 ms to 305 ms p50.)
 """
 
 from __future__ import annotations
 
-import gc
+from rollout_runner.collector import CollectorPause
 
-_COLLECTING = gc.isenabled()
-gc.disable()
+_IMPORTS = CollectorPause()
 
 import argparse
 import asyncio
@@ -76,9 +73,7 @@ from rollout_runner.trial import TrialReport, run_trial, trial_names
 if TYPE_CHECKING:
     from rollout_runner.shard import ShardReport
 
-if _COLLECTING:
-    gc.freeze()  # else turning it on again would walk everything imported, once, at once
-    gc.enable()
+_IMPORTS.resume()
 
 log = logging.getLogger("rollout_runner")
 
@@ -219,30 +214,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     os._exit(code)
 
 
-class _CollectorPause:
-    """The cyclic collector off (the module docstring says why) until `resume`, which turns it
-    on again only if it was on."""
-
-    def __init__(self) -> None:
-        self._collecting = gc.isenabled()
-        gc.disable()
-
-    def resume(self) -> None:
-        if self._collecting:
-            gc.freeze()
-            gc.enable()
-            self._collecting = False
-
-
 def run(argv: Sequence[str] | None = None) -> int:
-    startup = _CollectorPause()
+    startup = CollectorPause()
     try:
         return _run(argv, startup)
     finally:
         startup.resume()
 
 
-def _run(argv: Sequence[str] | None, startup: _CollectorPause) -> int:
+def _run(argv: Sequence[str] | None, startup: CollectorPause) -> int:
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -309,7 +289,7 @@ async def _run_trial(
     try_number: int | None,
     evaluator_key: str | None = None,
     *,
-    started: Callable[[], None] = lambda: None,
+    started: Callable[[], None],
 ) -> TrialReport | ShardReport:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
