@@ -16,10 +16,14 @@ file copies, kill-all, reading the reward, teardown and the uploads. Two measure
   upload, with the time per phase (from result.json) and the shim round trips per trial (the
   requests the runner writes, counted from its debug log of each).
 
+With --slim-botocore, a third measure alternates with those: the process measure with botocore
+as the runner image has it (runner-image/slim_botocore.py run on a copy of this botocore, first
+on the runner's PYTHONPATH), so the two process figures show what the slimming saves.
+
 Prints p50 and p90 over the trials, in milliseconds. A figure, not a test: run it as root on
 Linux (the fake container needs mount and pid namespaces), on an idle machine (`uptime`):
 
-    python benchmarks/runner_overhead.py --trials 30
+    python benchmarks/runner_overhead.py --trials 30 [--slim-botocore]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +62,12 @@ PHASES = ("environment_setup_sec", "agent_setup_sec", "agent_execution_sec", "ve
 TASK = "reward-from-answer"
 ACCESS_KEY = "bench"
 SECRET_KEY = "bench-secret"  # moto accepts any
+PROCESS_ROWS = [
+    ("wall", "whole: container start -> runner exit"),
+    ("startup", "  runner start-up (Python, imports, client)"),
+    ("trial", "  the trial, up to its uploads"),
+    ("exit", "  exit"),
+]
 
 
 class RequestCounter(logging.Handler):
@@ -113,8 +124,24 @@ async def core_trial(
     return figures
 
 
+def slim_botocore_copy(into: Path) -> Path:
+    """A copy of this botocore slimmed as in the runner image; the directory to put on the
+    runner's PYTHONPATH. copy2 keeps the files' times, so their bytecode is still used."""
+    import botocore
+
+    copy = into / "botocore"
+    shutil.copytree(Path(botocore.__file__).parent, copy, copy_function=shutil.copy2)
+    script = REPO / "runner-image" / "slim_botocore.py"
+    subprocess.run([sys.executable, str(script), "--data-dir", str(copy / "data")], check=True)
+    return into
+
+
 def process_trial(
-    base: Path, spec: RolloutTrialSpec, settings: S3Settings, endpoint: str
+    base: Path,
+    spec: RolloutTrialSpec,
+    settings: S3Settings,
+    endpoint: str,
+    python_path: Path | None = None,
 ) -> dict[str, float]:
     base.mkdir()
     container_dir = base / "container"
@@ -129,8 +156,11 @@ def process_trial(
         "AWS_ACCESS_KEY_ID": ACCESS_KEY,
         "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
     }
+    paths = [str(python_path)] if python_path is not None else []
     if "PYTHONPATH" in os.environ:  # say, to time another version of the runner
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        paths.append(os.environ["PYTHONPATH"])
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     # The fake container's paths are fixed by its base directory (rollout.local.host.HostRoot).
     command = [
         sys.executable, "-m", "rollout_runner.main",
@@ -184,7 +214,7 @@ def table(title: str, runs: list[dict[str, float]], rows: list[tuple[str, str]])
         print(f"  {label:<44} {column(key, 0.5):8.1f} {column(key, 0.9):8.1f}")
 
 
-async def main(trials: int, modes: list[str]) -> None:
+async def main(trials: int, modes: list[str], slim_botocore: bool) -> None:
     reason = unavailable_reason()
     if reason:
         raise SystemExit(f"cannot run the benchmark here: {reason}")
@@ -207,13 +237,19 @@ async def main(trials: int, modes: list[str]) -> None:
         store = fast_store(settings)
         store.ensure_bucket()
         content_hash = publish_task(store, TASK)
-        attempts = iter(range(1, 2 * trials + 1))
+        slim = slim_botocore_copy(Path(tmp) / "slim") if slim_botocore else None
+        if slim is not None and "process" in modes:
+            modes = [*modes, "slim"]
+        attempts = iter(range(1, len(modes) * trials + 1))
         # Alternate the modes, so that a change of load weighs on both alike.
         runners: dict[str, Callable[[Path, RolloutTrialSpec], object]] = {
             "process": lambda base, spec: asyncio.to_thread(
                 process_trial, base, spec, settings, server.endpoint_url
             ),
             "core": lambda base, spec: core_trial(base, spec, store, counter),
+            "slim": lambda base, spec: asyncio.to_thread(
+                process_trial, base, spec, settings, server.endpoint_url, slim
+            ),
         }
         runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
         for index in range(trials):
@@ -227,12 +263,13 @@ async def main(trials: int, modes: list[str]) -> None:
         table(
             "runner overhead, container start to runner exit (a Pod's view)",
             runs["process"],
-            [
-                ("wall", "whole: container start -> runner exit"),
-                ("startup", "  runner start-up (Python, imports, client)"),
-                ("trial", "  the trial, up to its uploads"),
-                ("exit", "  exit"),
-            ],
+            PROCESS_ROWS,
+        )
+    if "slim" in runs:
+        table(
+            "the same, botocore slimmed as in the runner image",
+            runs["slim"],
+            PROCESS_ROWS,
         )
     if "core" in runs:
         table(
@@ -258,6 +295,11 @@ if __name__ == "__main__":
         default="both",
         help="what to time (default: both, alternating)",
     )
+    parser.add_argument(
+        "--slim-botocore",
+        action="store_true",
+        help="also time the process measure with botocore slimmed as in the runner image",
+    )
     args = parser.parse_args()
     chosen = ["process", "core"] if args.mode == "both" else [args.mode]
-    asyncio.run(main(args.trials, chosen))
+    asyncio.run(main(args.trials, chosen, args.slim_botocore))

@@ -182,13 +182,13 @@ def test_a_ceiling_pair_copies_the_operators_objects_with_its_own_names_and_owne
 def test_the_job_pods_have_the_trial_pods_images_requests_and_limits() -> None:
     pod = trial_pod()
     containers = containers_like(pod, 0.6)
-    assert [c["name"] for c in containers] == ["environment", "runner"]
+    assert [c["name"] for c in containers] == ["runner", "environment"]
     for mine, theirs in zip(containers, pod["spec"]["containers"], strict=True):
         assert mine["image"] == theirs["image"]
         assert mine["resources"] == theirs["resources"]
         assert mine["imagePullPolicy"] == "IfNotPresent"  # never a forced pull
         assert mine["command"] == ["/bin/sh", "-c", "sleep 0.6"]
-    assert containers[0]["resources"]["requests"]["cpu"] == "100m"
+    assert containers[1]["resources"]["requests"]["cpu"] == "100m"
 
 
 def test_the_indexed_job_is_a_valid_batch_job() -> None:

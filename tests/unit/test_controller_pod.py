@@ -26,6 +26,7 @@ from rollout_runner.main import build_parser
 from rollout_runner.spec import load_pod_created_at, load_spec, load_try, resolve_agent_env
 
 KUBERNETES_VERSIONS = ("1.25", "1.28", "1.33")
+DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"  # kubectl's own annotation
 """The oldest schema kubernetes-validate ships (1.24 is not among them), the first with native
 sidecars, and a recent one."""
 
@@ -215,10 +216,18 @@ def test_pod_level_settings() -> None:
     assert spec["shareProcessNamespace"] is False
     assert spec["enableServiceLinks"] is False
     assert spec["terminationGracePeriodSeconds"] == 25
-    assert [c["name"] for c in spec["containers"]] == ["environment", "runner"]
     assert "initContainers" not in spec
     assert "hostNetwork" not in spec
     assert "hostPID" not in spec
+
+
+def test_the_runner_starts_first_and_kubectl_goes_to_the_environment() -> None:
+    # The kubelet starts containers in order, each pulled, created and started before the next:
+    # the runner's start-up runs while the environment's image is pulled and started.
+    pod = render()
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["runner", "environment"]
+    # kubectl exec and logs without -c still reach the task's environment.
+    assert pod["metadata"]["annotations"][DEFAULT_CONTAINER] == "environment"
 
 
 def test_the_pod_is_owned_by_its_trial() -> None:
@@ -240,7 +249,7 @@ def test_a_retry_is_recorded_on_the_pod() -> None:
     pod = render_trial_pod(
         make_trial(), config=make_config(), pod_name="t-r3", retry=3, created_at=CREATED
     )
-    assert pod["metadata"]["annotations"] == {"rollout.dev/retry": "3"}
+    assert pod["metadata"]["annotations"]["rollout.dev/retry"] == "3"
     assert pod["metadata"]["name"] == "t-r3"
 
 
@@ -639,6 +648,7 @@ def test_a_shard_of_the_oracles_rows_is_a_pod_of_the_runner_alone() -> None:
     trial = make_trial(taskName="shard-000001", attempt=1, agent={"name": "oracle"}, rows=ROWS)
     pod = render(trial)
     assert [c["name"] for c in pod["spec"]["containers"]] == ["runner"]
+    assert pod["metadata"]["annotations"][DEFAULT_CONTAINER] == "runner"
     for version in KUBERNETES_VERSIONS:
         kubernetes_validate.validate(pod, version, strict=True)
     # The evaluator's key reaches the runner from the Secret, never as a literal.
@@ -654,7 +664,7 @@ def test_a_shard_of_the_oracles_rows_is_a_pod_of_the_runner_alone() -> None:
 def test_a_shard_of_a_script_agents_rows_has_its_environment_and_time_for_every_row() -> None:
     single = render()
     shard = render(make_trial(taskName="shard-000001", attempt=1, rows=ROWS))
-    assert [c["name"] for c in shard["spec"]["containers"]] == ["environment", "runner"]
+    assert [c["name"] for c in shard["spec"]["containers"]] == ["runner", "environment"]
     # Each row's agent and verifier budgets: two rows, one more than a task's trial.
     extra = shard["spec"]["activeDeadlineSeconds"] - single["spec"]["activeDeadlineSeconds"]
     assert extra >= 900 + 300

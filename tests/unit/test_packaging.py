@@ -1,6 +1,7 @@
-"""What can be checked of the operator image and the kind cluster without Docker: the Dockerfile
-copies only what exists and what its ignore file lets through, runs `rollout-operator` as user
-65532 on a slim Python 3.11; kind-config.yaml has a control plane, two workers and containerd
+"""What can be checked of the images and the kind cluster without Docker: the operator's
+Dockerfile copies only what exists and what its ignore file lets through, runs
+`rollout-operator` as user 65532 on a slim Python 3.11; the runner's copies what exists and
+slims botocore before its check; kind-config.yaml has a control plane, two workers and containerd
 reading the registry settings the quickstart writes."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import tomllib
+from pathlib import Path
 
 import yaml
 
@@ -15,13 +17,15 @@ from paths import REPO
 
 DOCKERFILE = REPO / "operator" / "Dockerfile"
 DOCKERIGNORE = REPO / "operator" / "Dockerfile.dockerignore"
+RUNNER_DOCKERFILE = REPO / "runner-image" / "Dockerfile"
+RUNNER_DOCKERIGNORE = REPO / "runner-image" / "Dockerfile.dockerignore"
 KIND_CONFIG = REPO / "kind-config.yaml"
 QUICKSTART = REPO / "examples" / "quickstart.sh"
 
 
-def instructions() -> list[tuple[str, str]]:
+def instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
     found = []
     for line in text.splitlines():
         line = line.strip()
@@ -31,9 +35,9 @@ def instructions() -> list[tuple[str, str]]:
     return found
 
 
-def stages() -> list[list[tuple[str, str]]]:
+def stages(dockerfile: Path = DOCKERFILE) -> list[list[tuple[str, str]]]:
     result: list[list[tuple[str, str]]] = []
-    for keyword, rest in instructions():
+    for keyword, rest in instructions(dockerfile):
         if keyword == "FROM":
             result.append([])
         if result:
@@ -41,11 +45,11 @@ def stages() -> list[list[tuple[str, str]]]:
     return result
 
 
-def sent_to_docker(path: str) -> bool:
+def sent_to_docker(path: str, ignore: Path = DOCKERIGNORE) -> bool:
     """Whether the ignore file lets `path` (relative to the repository) into the build context:
     the last matching pattern wins, `!` re-includes, a directory pattern covers what is in it."""
     included = True
-    for pattern in DOCKERIGNORE.read_text().splitlines():
+    for pattern in ignore.read_text().splitlines():
         pattern = pattern.strip()
         if not pattern or pattern.startswith("#"):
             continue
@@ -104,6 +108,28 @@ def test_ignore_file_keeps_the_rest_out() -> None:
     assert not sent_to_docker("operator/src/rollout/__pycache__/x.pyc")
     assert sent_to_docker("operator/src/rollout/api/crd.py")
     assert sent_to_docker("operator/src/rollout/api/wire/shim.sh")
+
+
+def test_the_runner_image_copies_what_exists_and_slims_botocore_before_its_check() -> None:
+    build, final = stages(RUNNER_DOCKERFILE)
+    sources = []
+    for keyword, rest in build:
+        if keyword == "COPY":
+            *paths, _destination = rest.split()
+            sources.extend(paths)
+    assert "runner-image/slim_botocore.py" in sources
+    for source in sources:
+        assert (REPO / source).exists(), source
+        assert sent_to_docker(source, RUNNER_DOCKERIGNORE), f"{source} is excluded"
+    assert not sent_to_docker("tests/unit/test_packaging.py", RUNNER_DOCKERIGNORE)
+    # Slimmed after the install (which brings botocore), before the runner's own check.
+    [install] = [rest for keyword, rest in build if keyword == "RUN" and "pip install" in rest]
+    steps = [step.strip() for step in install.split("&&")]
+    slim = steps.index("/opt/rollout/bin/python runner-image/slim_botocore.py")
+    assert steps.index("/opt/rollout/bin/pip install .") < slim
+    assert slim < steps.index("/opt/rollout/bin/rollout-runner --help > /dev/null")
+    # The final stage takes the slimmed virtualenv.
+    assert ("COPY", "--from=build /opt/rollout /opt/rollout") in final
 
 
 def test_kind_cluster_has_a_control_plane_two_workers_and_the_registry_patch() -> None:

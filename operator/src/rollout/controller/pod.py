@@ -70,6 +70,9 @@ RUNNER_CONTAINER = "runner"
 TRIAL_POD_COMPONENT = "trial-pod"
 ANNOTATION_RETRY = f"{GROUP}/retry"
 """How many times the trial's Pod was replaced after an infrastructure loss (0 for the first)."""
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+"""The container kubectl's exec, logs and attach take when not told one (kubectl 1.21 and newer;
+older ones take the first)."""
 
 TRIAL_LABELS = (LABEL_JOB, LABEL_TRIAL, LABEL_AGENT, LABEL_DATASET, LABEL_TASK)
 
@@ -167,9 +170,12 @@ def render_trial_pod(
         "shareProcessNamespace": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": config.pod_termination_grace_sec,
-        # The oracle's data rows need no environment: the Pod holds the runner alone.
+        # The runner first: the kubelet starts a Pod's containers one after the other, each
+        # image pulled, created and started before the next, so the runner's start-up (Python,
+        # its imports, its S3 client) and its download of the task run while the environment's
+        # image is pulled and started, instead of after. The oracle's data rows need no
+        # environment: the Pod holds the runner alone.
         "containers": [
-            *([environment_container(spec)] if spec.needs_environment else []),
             runner_container(
                 spec,
                 trial_name=name,
@@ -179,6 +185,7 @@ def render_trial_pod(
                 credentials_secret=credentials_secret,
                 where=where,
             ),
+            *([environment_container(spec)] if spec.needs_environment else []),
         ],
         "volumes": _volumes(credentials_secret),
     }
@@ -197,7 +204,14 @@ def render_trial_pod(
             "name": pod_name,
             "namespace": namespace,
             "labels": pod_labels(trial, spec),
-            "annotations": {ANNOTATION_RETRY: str(retry)},
+            "annotations": {
+                ANNOTATION_RETRY: str(retry),
+                # `kubectl exec` and `kubectl logs` without -c go to the task's environment, as
+                # when it was the first container (a preserved environment is for exec).
+                DEFAULT_CONTAINER_ANNOTATION: (
+                    ENVIRONMENT_CONTAINER if spec.needs_environment else RUNNER_CONTAINER
+                ),
+            },
             "ownerReferences": [controller_reference(RolloutTrial.resource.kind, name, uid)],
         },
         "spec": pod_spec,
