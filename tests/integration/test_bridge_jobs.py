@@ -46,6 +46,8 @@ async def test_a_remote_docker_job_gets_trials_for_the_bridge_and_no_pod(
         job_status = (await kube.get(ROLLOUT_JOBS, "remote"))["status"]
     spec = made["spec"]
     assert spec["environmentType"] == "docker"
+    # The label the bridge's watch selects its trials by.
+    assert made["metadata"]["labels"]["rollout.dev/environment"] == "docker"
     assert spec["dockerHost"] == "tcp://docker.example:2376"
     assert spec["maxInfraRetries"] == 1
     assert spec.get("forceBuild", False) is False  # (the CRD defaults it)

@@ -76,6 +76,7 @@ async def test_a_job_runs_its_trials_in_order_within_its_concurrency_and_reports
             ("RolloutJob", "eval", created["metadata"]["uid"], True)
         ]
         assert trial["metadata"]["labels"]["rollout.dev/job"] == "eval"
+        assert trial["metadata"]["labels"]["rollout.dev/environment"] == "kubernetes"
         assert trial["spec"]["image"] == TASK_IMAGE
         assert trial["spec"]["timeouts"]["agentSec"] == 120
     # One Pod per trial, named after it, and removed when the trial ended.

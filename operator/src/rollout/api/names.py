@@ -19,6 +19,9 @@ LABEL_DATASET = f"{GROUP}/dataset"
 LABEL_TASK = f"{GROUP}/task"
 LABEL_COMPONENT = f"{GROUP}/component"
 """What one of our objects is for: `trial-pod`, `image-build`, `image` (a RolloutImage), ..."""
+LABEL_ENVIRONMENT = f"{GROUP}/environment"
+"""A RolloutTrial's environment type (`kubernetes`, `docker`, `modal`, ...): the bridge watches
+only the trials whose environment is not a Pod, selected by the API server."""
 
 FINALIZER = f"{GROUP}/finalizer"
 """The operator's finalizer on every RolloutJob: it stops its work on a deleted job before the

@@ -1,8 +1,9 @@
 """The bridge's reconciler: which trials it runs, how many at once, and what it does at start.
 
-kopf watches RolloutTrials and hands every event of a bridge trial to `Bridge.observe`; the
-bridge keeps, per provider, the runs under way and the trials waiting for a slot (the
-provider's limit, `BridgeSettings.limits`), in the order it saw them. A slot that frees starts
+The bridge's watch (`watch.TrialWatch`) hands every event of a bridge trial to `Bridge.observe`,
+and after each listing every unfinished one to `Bridge.resync`; the bridge keeps, per provider,
+the runs under way and the trials waiting for a slot (the provider's limit,
+`BridgeSettings.limits`), in the order it saw them. A slot that frees starts
 the next waiting trial. Claims and the steps a trial can take are `claim`'s; a run is `runs`'.
 
 A trial the bridge lost (its previous process started it, then stopped) first has its sandbox
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -96,7 +97,7 @@ class Bridge:
     # --- events
 
     def observe(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        """Take note of a trial's latest state (from kopf's watch) and act on it."""
+        """Take note of a trial's latest state (from the watch) and act on it."""
         metadata = body.get("metadata") or {}
         key: Key = (str(metadata.get("namespace")), str(metadata.get("name")))
         run = self.runs.get(key)
@@ -121,6 +122,20 @@ class Bridge:
         queue = self.waiting.setdefault(slot, OrderedDict())
         queue[key] = body
         self._fill(slot)
+
+    def resync(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        """After a listing (the watch's first, or one after it missed events): look at every
+        unfinished trial listed. A trial waiting here that the listing no longer has was
+        deleted, finished or claimed by another bridge meanwhile: it waits no more."""
+        listed: set[Key] = set()
+        for body in bodies:
+            metadata = body.get("metadata") or {}
+            listed.add((str(metadata.get("namespace")), str(metadata.get("name"))))
+            self.observe(body)
+        for queue in self.waiting.values():
+            for key in [key for key in queue if key not in listed]:
+                del queue[key]
+        self._count_waiting()
 
     def _forget(self, key: Key) -> None:
         for queue in self.waiting.values():

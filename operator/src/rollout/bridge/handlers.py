@@ -5,11 +5,13 @@ a bridge side by side, and each must run only its own handlers.
 
 - login: kopf's own login through the kubernetes client (a registry of one's own has none);
 - startup: settings (standalone: one bridge identity runs as one Pod, and claims, not peering,
-  keep two bridges off one trial) and the `Bridge` in the memo;
-- `on.event` for RolloutTrials whose environment is not a Pod: every event goes to
-  `Bridge.observe`. Like the operator's, it stores nothing on the trial (no kopf annotations,
-  no finalizers): the bridge's only writes are its claim and the trial's status;
-- cleanup: `Bridge.close`, which abandons the runs under way for the next process to take.
+  keep two bridges off one trial), the `Bridge` in the memo, and its watch of RolloutTrials
+  (`watch.TrialWatch`: the trials whose environment is not a Pod, selected by the API server,
+  each event to `Bridge.observe`). kopf watches nothing here. Like the operator, the bridge
+  stores nothing on a trial (no kopf annotations, no finalizers): its only writes are its claim
+  and the trial's status;
+- cleanup: the watch stopped, then `Bridge.close`, which abandons the runs under way for the next
+  process to take.
 
 The memo may bring `settings` (BridgeSettings), `api_client` (a kubernetes ApiClient),
 `environ` (the variables providers read), `work_root` (where runs keep their scratch files) and
@@ -25,18 +27,16 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry
 
-from rollout.api.resources import GROUP, VERSION, RolloutTrial
-from rollout.bridge.claim import for_bridge
 from rollout.bridge.controller import Bridge
 from rollout.bridge.kube import BridgeApi
 from rollout.bridge.metrics import BridgeMetrics
 from rollout.bridge.providers.registry import Providers
 from rollout.bridge.settings import BridgeSettings, from_env
+from rollout.bridge.watch import TrialWatch
 from rollout.controller.kubeapi import default_api_client
 from rollout.controller.metrics import OperatorMetrics
 
 REGISTRY = kopf.OperatorRegistry()
-TRIALS = RolloutTrial.resource.plural
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +63,29 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     api = BridgeApi(api_client, metrics=OperatorMetrics(CollectorRegistry()))
     environ = memo.get("environ") or dict(os.environ)
     metrics = memo.get("metrics") or BridgeMetrics()
-    memo.bridge = Bridge(
+    bridge = Bridge(
         config, api, Providers(environ), work_root=memo.get("work_root"), metrics=metrics
     )
-    memo.bridge.start_sweeping()
-    log.info("bridge %s starts", config.identity)
+    watch = TrialWatch(api, config.namespaces, bridge)
+    try:
+        await watch.start()
+    except BaseException:  # kopf tries the startup again, with a new client
+        api.close()
+        raise
+    memo.bridge, memo.trial_watch = bridge, watch
+    bridge.start_sweeping()
+    log.info(
+        "bridge %s starts, watching %s (%d unfinished trials)",
+        config.identity,
+        ", ".join(config.namespaces) or "the whole cluster",
+        len(watch.index),
+    )
 
 
 @kopf.on.cleanup(registry=REGISTRY)
 async def stop(memo: kopf.Memo, **_: Any) -> None:
+    if "trial_watch" in memo:
+        memo.trial_watch.stop()
     if "bridge" in memo:
         await bridge_of(memo).close()
         bridge_of(memo).api.close()
-
-
-def _bridge_trial(body: kopf.Body, **_: Any) -> bool:
-    return for_bridge(body)
-
-
-@kopf.on.event(GROUP, VERSION, TRIALS, when=_bridge_trial, registry=REGISTRY)
-async def trial_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    bridge_of(memo).observe(body, deleted=event.get("type") == "DELETED")

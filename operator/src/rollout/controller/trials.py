@@ -23,7 +23,7 @@ from typing import Any
 from rollout.api.errors import ErrorType
 from rollout.api.failures import BUILD_NOT_RUN, FailureClass, failure_class
 from rollout.api.layout import build_log_key, parse_s3_uri, retry_prefix
-from rollout.api.names import controller_reference
+from rollout.api.names import LABEL_ENVIRONMENT, controller_reference
 from rollout.api.plan import PlannedTrial
 from rollout.api.resources import (
     API_VERSION,
@@ -105,7 +105,10 @@ def trial_manifest(
         "metadata": {
             "name": planned.name,
             "namespace": namespace,
-            "labels": trial_labels(job_name, planned.key, planned.name),
+            "labels": {
+                **trial_labels(job_name, planned.key, planned.name),
+                LABEL_ENVIRONMENT: spec.environment_type.value,
+            },
             "ownerReferences": [controller_reference(RolloutJob.resource.kind, job_name, job_uid)],
         },
         "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),

@@ -123,6 +123,10 @@ class Index(Generic[K, V]):
         for bucket in self._by_key.values():
             yield from (bucket,) if isinstance(bucket, tuple) else bucket.items()
 
+    def values(self) -> list[V]:
+        """Every value, under every key (a list: the index may change while it is used)."""
+        return [value for _, value in self._items()]
+
     def remove(self, uid: str) -> None:
         key = self._key_of.pop(uid, None)
         if key is None:
