@@ -1,6 +1,6 @@
 """Helpers for the bridge's integration tests: its settings and memo for a test's API and bucket,
-`rollout-bridge` as a process a test can SIGKILL and start again, and the test engine's
-containers a bridge started.
+`rollout-bridge` as a process a test can SIGKILL and start again, the test engine's
+containers a bridge started, and a RolloutTrial as the operator makes one for a bridge.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from s3_kit import S3Settings
 
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
-from rollout.api.names import LABEL_COMPONENT
+from rollout.api.names import API_VERSION, LABEL_COMPONENT, LABEL_ENVIRONMENT
 from rollout.bridge.metrics import BridgeMetrics
 from rollout.bridge.providers.base import BRIDGE_COMPONENT, LABEL_BRIDGE
 from rollout.bridge.settings import BridgeSettings
@@ -128,3 +128,33 @@ class BridgeProcess(ControllerProcess):
             return (await asyncio.wait_for(reader.read(), timeout=5)).decode()
         finally:
             writer.close()
+
+
+def bridge_trial(name: str, environment: str | None = "docker") -> dict[str, Any]:
+    """A RolloutTrial as the operator makes one, labelled with its environment type (None: no
+    label, as an operator from before the label made it, for a Docker environment); nothing
+    runs it (the engine at its `dockerHost` is not there)."""
+    spec: dict[str, Any] = {
+        "jobName": "job",
+        "agent": {"name": "oracle"},
+        "datasetName": "set",
+        "taskName": name,
+        "attempt": 1,
+        "image": "busybox",
+        "resources": {"cpus": "1", "memory": "1Gi", "storage": "1Gi"},
+        "timeouts": {"agentInstallSec": 1, "agentSec": 1, "verifierSec": 1, "buildSec": 1},
+        "storage": {"bucket": "bucket"},
+        "runnerImage": "runner",
+        "environmentType": environment or "docker",
+    }
+    if spec["environmentType"] == "docker":
+        spec["dockerHost"] = "tcp://127.0.0.1:2375"
+    labels = {"rollout.dev/job": "job"}
+    if environment is not None:
+        labels[LABEL_ENVIRONMENT] = environment
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "RolloutTrial",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }

@@ -11,46 +11,17 @@ from typing import Any
 
 import kubernetes
 import pytest
+from bridge_kit import bridge_trial
 from prometheus_client import CollectorRegistry
 
 from kubeharness.identity import Identity
 from kubeharness.kube import Kube
 from kubeharness.resources import ROLLOUT_TRIALS
-from rollout.api.resources import GROUP, VERSION
 from rollout.bridge.kube import BridgeApi
 from rollout.bridge.watch import SELECTOR, TrialWatch
 from rollout.controller.metrics import OperatorMetrics
 
 pytestmark = pytest.mark.integration
-
-
-def trial(name: str, environment: str | None) -> dict[str, Any]:
-    """A RolloutTrial as the operator makes one: labelled with its environment type (None: no
-    label, as an operator from before the label made it)."""
-    spec: dict[str, Any] = {
-        "jobName": "job",
-        "agent": {"name": "oracle"},
-        "datasetName": "set",
-        "taskName": name,
-        "attempt": 1,
-        "image": "busybox",
-        "resources": {"cpus": "1", "memory": "1Gi", "storage": "1Gi"},
-        "timeouts": {"agentInstallSec": 1, "agentSec": 1, "verifierSec": 1, "buildSec": 1},
-        "storage": {"bucket": "bucket"},
-        "runnerImage": "runner",
-        "environmentType": environment or "docker",
-    }
-    if spec["environmentType"] == "docker":
-        spec["dockerHost"] = "tcp://127.0.0.1:2375"
-    labels = {"rollout.dev/job": "job"}
-    if environment is not None:
-        labels["rollout.dev/environment"] = environment
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "RolloutTrial",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    }
 
 
 class Recorder:
@@ -69,10 +40,10 @@ class Recorder:
 
 async def test_the_bridge_is_sent_only_trials_whose_environment_is_not_a_pod(kube: Kube) -> None:
     await kube.apply_chart_rbac()
-    await kube.create(ROLLOUT_TRIALS, trial("docker-waiting", "docker"))
-    await kube.create(ROLLOUT_TRIALS, trial("a-pods", "kubernetes"))
-    await kube.create(ROLLOUT_TRIALS, trial("unlabelled", None))
-    await kube.create(ROLLOUT_TRIALS, trial("docker-done", "docker"))
+    await kube.create(ROLLOUT_TRIALS, bridge_trial("docker-waiting", "docker"))
+    await kube.create(ROLLOUT_TRIALS, bridge_trial("a-pods", "kubernetes"))
+    await kube.create(ROLLOUT_TRIALS, bridge_trial("unlabelled", None))
+    await kube.create(ROLLOUT_TRIALS, bridge_trial("docker-done", "docker"))
     await kube.patch_status(ROLLOUT_TRIALS, "docker-done", {"phase": "Succeeded"})
 
     client = kubernetes.client.ApiClient(kube.client_configuration(Identity.BRIDGE))
@@ -87,8 +58,8 @@ async def test_the_bridge_is_sent_only_trials_whose_environment_is_not_a_pod(kub
         assert len(watch.index) == 2
 
         # A Pod trial made now never reaches the bridge; a Modal one made after it does.
-        await kube.create(ROLLOUT_TRIALS, trial("b-pods", "kubernetes"))
-        await kube.create(ROLLOUT_TRIALS, trial("modal", "modal"))
+        await kube.create(ROLLOUT_TRIALS, bridge_trial("b-pods", "kubernetes"))
+        await kube.create(ROLLOUT_TRIALS, bridge_trial("modal", "modal"))
         await kube.wait_for(lambda: ("modal", False) in recorder.events, what="the modal trial")
         claimed = {"metadata": {"annotations": {"rollout.dev/bridge": "elsewhere"}}}
         await kube.patch(ROLLOUT_TRIALS, "docker-waiting", claimed)

@@ -520,30 +520,6 @@ async def _peers(kube: Kube) -> dict[str, Any]:
     return dict((found or {}).get("status", {}))
 
 
-def _bridge_trial(name: str) -> dict[str, Any]:
-    """A RolloutTrial as the operator makes one for the bridge (a Docker environment on a remote
-    engine); nothing runs it here."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "RolloutTrial",
-        "metadata": {"name": name},
-        "spec": {
-            "jobName": "job",
-            "agent": {"name": "oracle"},
-            "datasetName": "set",
-            "taskName": "task",
-            "attempt": 1,
-            "image": "busybox",
-            "resources": {"cpus": "1", "memory": "1Gi", "storage": "1Gi"},
-            "timeouts": {"agentInstallSec": 1, "agentSec": 1, "verifierSec": 1, "buildSec": 1},
-            "storage": {"bucket": "bucket"},
-            "runnerImage": "runner",
-            "environmentType": "docker",
-            "dockerHost": "tcp://127.0.0.1:2375",
-        },
-    }
-
-
 async def test_the_bridge_identity_is_bound_by_the_charts_bridge_rbac(
     kube: Kube, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -552,6 +528,7 @@ async def test_the_bridge_identity_is_bound_by_the_charts_bridge_rbac(
     are in the request log; and the bridge's handlers start under it, serving the cluster."""
     # Imported here: this file's tests are appended to, its import block left as it is.
     import kubernetes.config
+    from bridge_kit import bridge_trial
 
     from kubeharness.identity import Identity
     from kubeharness.resources import ROLLOUT_TRIALS
@@ -560,7 +537,7 @@ async def test_the_bridge_identity_is_bound_by_the_charts_bridge_rbac(
 
     await kube.apply_chart_rbac()
     await kube.create(SECRETS, {"metadata": {"name": "agent-env"}, "data": {"KEY": "eA=="}})
-    await kube.create(ROLLOUT_TRIALS, _bridge_trial("remote"))
+    await kube.create(ROLLOUT_TRIALS, bridge_trial("remote"))
     api = kubernetes.client.ApiClient(kube.client_configuration(Identity.BRIDGE))
     core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
     ns = kube.namespace
