@@ -13,8 +13,11 @@ file copies, kill-all, reading the reward, teardown and the uploads. Two measure
   uploads. Split by the runner's own log lines (millisecond resolution): start-up (to "trial
   starts"), the trial (to "trial ends", after result.json is uploaded) and the exit after it.
 - core: the runner's core (`run_trial`) in this process, from the shim's ready file to the last
-  upload, with the time per phase (from result.json) and the shim round trips per trial (the
-  requests the runner writes, counted from its debug log of each).
+  upload, with the time per phase (from result.json), the shim round trips per trial (the
+  requests the runner writes, counted from its debug log of each) and the CPU time of the
+  container (the shim and the commands it ran, with the fake container's own start and end):
+  under a task's small CPU limit (say 50m, 5 ms of CPU per 100 ms), that CPU is what stretches
+  a trial.
 
 With --slim-botocore, a third measure alternates with those: the process measure with botocore
 as the runner image has it (runner-image/slim_botocore.py run on a copy of this botocore, first
@@ -32,6 +35,7 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -98,6 +102,7 @@ async def core_trial(
     base: Path, spec: RolloutTrialSpec, store: ObjectStore, counter: RequestCounter
 ) -> dict[str, float]:
     await asyncio.to_thread(base.mkdir)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     with fake_container(base) as container:
         environment = ShimEnvironment(container.control_dir, kill_grace_sec=0.3)
         # The container's own start is not the core's: wait for the shim first.
@@ -112,6 +117,9 @@ async def core_trial(
             options=options_for(container, base / "work"),
         )
         wall = time.monotonic() - started
+    # The container is reaped now: its CPU, with every process it reaped (the shim's commands).
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    container_cpu = now.ru_utime + now.ru_stime - reaped.ru_utime - reaped.ru_stime
     if report.result.reward != 1.0 or report.upload_error:
         raise SystemExit(f"a benchmark trial failed: {report.error_text or report.upload_error}")
     durations = report.result.durations.model_dump(by_alias=False)  # result.json's names
@@ -121,6 +129,7 @@ async def core_trial(
     figures["between_phases"] = total - sum(figures[name] for name in PHASES)
     figures["after_result"] = wall - total
     figures["round_trips"] = counter.requests
+    figures["container_cpu"] = container_cpu
     return figures
 
 
@@ -280,6 +289,7 @@ async def main(trials: int, modes: list[str], slim_botocore: bool) -> None:
                 *((name, f"  {name}") for name in PHASES),
                 ("between_phases", "  kill-all, /logs, teardown"),
                 ("after_result", "  result files and uploads"),
+                ("container_cpu", "the container's CPU (user + system)"),
             ],
         )
         trips = sorted(run["round_trips"] for run in runs["core"])

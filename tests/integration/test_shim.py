@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,14 @@ def submit(
     (request / "go.tmp").write_text(line + "\n")
     os.rename(request / "go.tmp", request / "go")
     return request
+
+
+def answered(request: Path) -> bool:
+    """Whether the shim wrote the request's `rc` (protocol 3: one write, empty until then)."""
+    try:
+        return (request / "rc").stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 # -- the text ------------------------------------------------------------------------------------
@@ -90,9 +99,10 @@ async def test_ready_file_and_a_hand_written_request(container: FakeContainer) -
     # The command prints its own session id: the shim's `pid` file must name that session.
     command = "read -r l </proc/self/stat; set -- ${l##*) }; echo $4; echo oops >&2; exit 4"
     request = submit(container.control_dir, "00000001-aaaaaa", "run", {"cmd": command})
-    await eventually((request / "rc").exists, "the shim answers")
-    assert not (request / "go").exists()
-    assert (request / "taken").read_text() == "run\n"
+    await eventually(lambda: answered(request), "the shim answers")
+    # Protocol 3: claimed by creating `taken` (no rename, no process started), `go` left.
+    assert (request / "go").read_text() == "run\n"
+    assert (request / "taken").read_text() == ""
     session = (request / "pid").read_text().strip()
     assert (request / "out").read_text() == session + "\n"
     assert (request / "err").read_text() == "oops\n"
@@ -106,12 +116,12 @@ async def test_unknown_requests_and_kills_of_unknown_ids_are_answered(
 ) -> None:
     await eventually((container.control_dir / "ready").exists, "the shim writes ready")
     unknown = submit(container.control_dir, "00000001-bbbbbb", "dance")
-    await eventually((unknown / "rc").exists, "the shim answers the unknown request")
+    await eventually(lambda: answered(unknown), "the shim answers the unknown request")
     assert (unknown / "rc").read_text() == "2\n"
     assert "unknown request dance" in (unknown / "err").read_text()
 
     kill = submit(container.control_dir, "00000002-bbbbbb", "kill 99999999-nothing 100")
-    await eventually((kill / "rc").exists, "the shim answers the kill")
+    await eventually(lambda: answered(kill), "the shim answers the kill")
     assert (kill / "rc").read_text() == "0\n"
 
 
@@ -122,17 +132,17 @@ async def test_a_request_cancelled_before_the_shim_takes_it_never_runs(
     environment = await ready_env(container)
     (container.control_dir / "req").mkdir(exist_ok=True)
     request = submit(container.control_dir, "00000001-cccccc", "run", {"cmd": "touch /logs/ran"})
-    try:
-        os.rename(request / "go", request / "cancelled")
-    except FileNotFoundError:
-        pytest.skip("the shim took the request first (it polls every 50 ms)")
+    try:  # protocol 3: whoever creates `taken` first has the request
+        os.close(os.open(request / "taken", os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        pytest.skip("the shim took the request first")
     # A later request is served, so the shim has looked at the queue since.
     assert (await environment.run("true", timeout_sec=10)).exit_code == 0
     assert not (container.logs_dir / "ran").exists()
     assert not (request / "rc").exists()
 
 
-# -- waiting for requests: the wake FIFO (protocol 2) ---------------------------------------------
+# -- waiting for requests: the wake FIFO (protocols 2 and 3) --------------------------------------
 
 
 @requires_fake_container()
@@ -143,7 +153,7 @@ async def test_the_shim_waits_on_its_wake_fifo_and_its_ticker_survives_kill_all(
     with fake_container(tmp_path, shell) as container:
         environment = await ready_env(container)
         assert environment.info is not None
-        assert environment.info.version == 2
+        assert environment.info.version == 3
         wake = container.control_dir / shim.WAKE_FIFO
         assert stat.S_ISFIFO(wake.stat().st_mode)
         assert stat.S_IMODE(wake.stat().st_mode) == 0o600
@@ -169,7 +179,7 @@ async def test_a_request_nobody_wakes_the_shim_for_is_taken_by_the_next_tick(
     answer: the shim's ticker wakes it every second."""
     await eventually((container.control_dir / "ready").exists, "the shim writes ready")
     request = submit(container.control_dir, "00000001-cccccc", "run", {"cmd": "echo ticked"})
-    await eventually((request / "rc").exists, "the shim answers on its ticker", within=10)
+    await eventually(lambda: answered(request), "the shim answers on its ticker", within=10)
     assert (request / "out").read_text() == "ticked\n"
 
 
@@ -182,6 +192,12 @@ async def test_without_mkfifo_the_shim_speaks_protocol_1_and_polls(tmp_path: Pat
         assert not (container.control_dir / shim.WAKE_FIFO).exists()
         result = await environment.run("echo polled", timeout_sec=10)
         assert result.stdout == b"polled\n"
+        # Protocol 1 claims by renaming `go` to `taken`, and answers by renaming rc.t to rc.
+        request = submit(container.control_dir, "99999999-ffffff", "run", {"cmd": "exit 3"})
+        await eventually(lambda: answered(request), "the polling shim answers", within=10)
+        assert (request / "taken").read_text() == "run\n"
+        assert not (request / "go").exists()
+        assert (request / "rc").read_text() == "3\n"
         # It polls for requests, but the runner's done FIFO needs no mkfifo of the image's: the
         # shim announces its answers all the same.
         assert environment.waits_on_done_fifo
@@ -240,8 +256,8 @@ async def test_a_done_fifo_nobody_reads_holds_no_handler_up(container: FakeConta
     for number in range(1, 4):
         request = submit(container.control_dir, f"0000000{number}-eeeeee", "run", {"cmd": "true"})
         wake_shim(container.control_dir / shim.WAKE_FIFO)
-        await eventually((request / "rc").exists, f"the shim answers request {number}")
-    # Left: the shim and its ticker (protocol 2), no handler blocked on the FIFO.
+        await eventually(partial(answered, request), f"the shim answers request {number}")
+    # Left: the shim and its ticker (protocol 3), no handler blocked on the FIFO.
     await eventually(lambda: len(shim_processes(container)) == 2, "every handler ends")
 
 

@@ -18,7 +18,14 @@ from fakecontainer import (
     fake_container,
     requires_fake_container,
 )
-from rollout.api.wire.shim import CONTROL_DIR, DONE_FIFO, SHIM_NAME, SHIM_TEXT, shim_command
+from rollout.api.wire.shim import (
+    CONTROL_DIR,
+    DONE_FIFO,
+    PROTOCOL_VERSION,
+    SHIM_NAME,
+    SHIM_TEXT,
+    shim_command,
+)
 from rollout_runner.environment import EnvironmentFailure, FileTransferError
 from rollout_runner.shim_environment import ShimEnvironment, ShimNotReady
 
@@ -465,7 +472,7 @@ async def test_a_shim_that_announces_no_answers_is_polled(tmp_path: Path) -> Non
         env = ShimEnvironment(control_dir, kill_grace_sec=GRACE_SEC)
         await env.wait_ready(timeout_sec=20)
         assert env.info is not None
-        assert (env.info.version, env.info.notifies_done) == (2, False)
+        assert (env.info.version, env.info.notifies_done) == (PROTOCOL_VERSION, False)
         assert not env.waits_on_done_fifo
         assert not (control_dir / DONE_FIFO).exists()
         result = await env.run("sleep 0.2; echo polled", timeout_sec=10)

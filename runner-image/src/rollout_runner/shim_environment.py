@@ -1,11 +1,11 @@
 """`ShimEnvironment`: the trial Pod's environment container, driven through the shim's control dir.
 
 The runner and the shim share only a directory (see `rollout.api.wire.shim` for the protocol).
-Each operation writes a request there, wakes the shim (protocol 2: a line into its FIFO; a shim of
-protocol 1 polls) and waits for the shim's answer: the shim's line in the runner's FIFO `done`
-wakes it (a shim that announces `done`), else it polls with short asyncio sleeps. The runner
-enforces every timeout itself and asks the shim to kill what overstays. `stats` counts the
-requests and the looks for answers.
+Each operation writes a request there, wakes the shim (protocols 2 and 3: a line into its FIFO;
+a shim of protocol 1 polls) and waits for the shim's answer: the shim's line in the runner's FIFO
+`done` wakes it (a shim that announces `done`), else it polls with short asyncio sleeps. The
+runner enforces every timeout itself and asks the shim to kill what overstays. `stats` counts
+the requests and the looks for answers.
 """
 
 from __future__ import annotations
@@ -397,7 +397,8 @@ class ShimEnvironment(Environment):
 
     async def _terminate(self, request: Path) -> None:
         """Make sure the run `request` is over: cancel it if not started, else kill its session."""
-        if await asyncio.to_thread(cancel_unstarted, request):
+        version = self.info.version if self.info is not None else shim.PROTOCOL_VERSION
+        if await asyncio.to_thread(cancel_unstarted, request, version):
             return
         grace_ms = int(self.kill_grace_sec * 1000)
         kill = await self._submit(f"kill {request.name} {grace_ms}")

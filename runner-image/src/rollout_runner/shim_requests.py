@@ -81,9 +81,13 @@ def one_line(what: str, value: str) -> bytes:
 
 
 def request_file_exists(path: Path) -> bool:
-    """Whether the shim has written `path` yet."""
+    """Whether the shim has written `path` yet: there and not empty (a shim of version 3 writes
+    `rc` in one write, so an empty one is not written yet; the others' files are never empty)."""
     # One stat per poll, inline: cheaper than handing each one to a thread.
-    return path.exists()
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def write_request(
@@ -138,8 +142,20 @@ def give_to(tree: Path, owner: int | None) -> None:
             os.chown(os.path.join(directory, name), owner, -1, follow_symlinks=False)
 
 
-def cancel_unstarted(request: Path) -> bool:
-    """Take `go` back before the shim claims it; True when the request will never start."""
+def cancel_unstarted(request: Path, version: int) -> bool:
+    """Claim the request before the shim does (a shim of `version`); True when it will never
+    start. From `CLAIM_BY_CREATE_VERSION` on, the one who creates `taken` has it; before, the
+    one who renames `go` away."""
+    if version >= shim.CLAIM_BY_CREATE_VERSION:
+        try:
+            fd = os.open(request / shim.TAKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, b"cancelled\n")
+        finally:
+            os.close(fd)
+        return True
     try:
         os.rename(request / shim.GO_FILE, request / shim.CANCELLED_FILE)
     except FileNotFoundError:

@@ -8,19 +8,25 @@ emptyDir mounted at `CONTROL_DIR` in both containers. The operator puts the shim
 
 Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
 
-- Ready: at start the shim creates `req/` (and, version 2, `wake`) and writes `ready` (temp
-  file, then rename) with `key=value` lines: `version` (1 or 2, below), `pid`, `dir` (the
+- Ready: at start the shim creates `req/` (and, version 3, `wake`) and writes `ready` (temp
+  file, then rename) with `key=value` lines: `version` (1 or 3, below), `pid`, `dir` (the
   control directory as the shim sees it, for paths in commands), `cwd` (the container's working
   directory), `setsid` (`setsid` or empty), `su` (the tool used to switch user: `su`,
   `runuser`, `setpriv` or empty), `uid`, and `done=1` from a shim that announces each request's
   end (below; a runner ignores keys it does not know).
 - Requests: the runner creates `req/<id>/` (ids sort in submission order), writes the request's
-  files into it, then renames `go.tmp` to `go`. The shim scans `req/*/go` and claims a request
-  by renaming `go` to `taken`; a runner that renames `go` away first has cancelled the request
-  before it started. Between scans:
-  - version 2 (an image with `mkfifo` and `setsid`): the shim makes the FIFO `wake` (mode 0600)
-    and holds it open read-write, so a writer never blocks and no wake is lost while it scans;
-    it blocks reading one line from it. The runner writes a line after each request (open
+  files into it, then renames `go.tmp` to `go`. The shim scans `req/*/go` and claims a request:
+  - version 3: by creating `taken` exclusively (the shell's noclobber, O_EXCL), `go` left where
+    it is; a runner that created `taken` first has cancelled the request before it started. So
+    neither the claim nor the answer (`rc`, below) costs the shim a process: under a task's small
+    CPU limit, each process started is milliseconds of the trial (`mv` twice was 40% of a
+    request's CPU);
+  - versions 1 and 2: by renaming `go` to `taken`; a runner that renames `go` away first has
+    cancelled the request before it started.
+  Between scans:
+  - versions 2 and 3 (an image with `mkfifo` and `setsid`): the shim makes the FIFO `wake`
+    (mode 0600) and holds it open read-write, so a writer never blocks and no wake is lost while
+    it scans; it blocks reading one line from it. The runner writes a line after each request (open
     non-blocking, never waiting); a ticker of the shim's writes one every second as well, in
     case a wake could not be written. So a request is taken at once, and an idle shim runs
     one `sleep` a second, not twenty.
@@ -44,8 +50,9 @@ Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
     A shim of version 1 takes no request meanwhile (it kills in the foreground, so that its own
     polling, which it could not tell apart without setsid, is not among what it kills).
   - `exit <code>`: write `rc`, then the shim exits with `<code>` (the Pod then completes).
-  Every request ends with `rc`, written last through a rename, so its presence means done; the
-  runner then reads what it needs and deletes `req/<id>/`.
+  Every request ends with `rc`, written last: version 3 in one write, so an empty `rc` is not
+  written yet; versions 1 and 2 through a rename. So a non-empty `rc` means done; the runner
+  then reads what it needs and deletes `req/<id>/`.
 - Done (a shim whose ready file says `done=1`, whatever its version): once `rc` is there, the shim
   writes the request's `<id>` and a newline to `done` when that is a FIFO, opened read-write so
   that the open never blocks, with or without a reader. The runner makes that FIFO (mode 0600,
@@ -69,13 +76,16 @@ from importlib import resources
 CONTROL_DIR = "/rollout"
 """Where the control directory (an emptyDir) is mounted, in the runner and the environment."""
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """The `version` the shim writes to `ready` when it can wait on its wake FIFO (1 when it polls:
 an image without mkfifo or setsid)."""
 WAKE_VERSION = 2
 """From this version on, the runner wakes the shim after each request (`WAKE_FIFO`)."""
-PROTOCOL_VERSIONS = (1, 2)
-"""The versions this runner speaks; it refuses a shim of another."""
+CLAIM_BY_CREATE_VERSION = 3
+"""From this version on, the shim claims a request by creating `taken` (and the runner cancels
+one the same way), and writes `rc` in one write."""
+PROTOCOL_VERSIONS = (1, 2, 3)
+"""The versions this runner speaks (2: an older operator's shim); it refuses a shim of another."""
 
 READY_FILE = "ready"
 WAKE_FIFO = "wake"
@@ -86,6 +96,7 @@ TRANSFER_DIR = "xfer"
 # Names of the files inside one request directory.
 GO_FILE = "go"
 GO_TEMP_FILE = "go.tmp"
+TAKEN_FILE = "taken"
 CANCELLED_FILE = "cancelled"
 COMMAND_FILE = "cmd"
 ENV_FILE = "env"

@@ -14,11 +14,28 @@ done
 # The command's shell: the env arrives in _RS_ENV (after any su), the command in $1.
 I='e=$_RS_ENV; unset _RS_ENV; eval "$e"; exec /bin/sh -c "$1"'
 
-# rc last, by a rename: its presence means done. Then the request's id goes to the runner's FIFO
-# $C/done, when it made one (opened read-write: the open never blocks, reader or not).
+# rc last: version 3 in one write (an empty rc is not written yet), version 1 by a rename (its
+# presence means done). Then the request's id goes to the runner's FIFO $C/done, when it made
+# one (opened read-write: the open never blocks, reader or not).
 fin() {
-  echo "$2" >"$1/rc.t" && mv "$1/rc.t" "$1/rc"
+  if [ $V = 3 ]; then echo "$2" >"$1/rc"
+  else echo "$2" >"$1/rc.t" && mv "$1/rc.t" "$1/rc"
+  fi
   [ -p "$C/done" ] && { echo "${1##*/}" 1<>"$C/done"; } 2>/dev/null
+}
+
+# Claim request $1 (its dir) and read its line into o a b; false when it is not ours to run.
+# Version 3 creates `taken` exclusively (noclobber: O_EXCL; `true`, not `:`, whose failed
+# redirection would end the shell), so neither claim nor answer starts a process; a runner that
+# created it first cancelled the request. Version 1 renames `go` to `taken`.
+claim() {
+  if [ $V = 3 ]; then
+    [ -e "$1/taken" ] && return 1
+    set -C; { true >"$1/taken"; } 2>/dev/null; r=$?; set +C
+    [ $r = 0 ] && read -r o a b <"$1/go"
+  else
+    mv "$1/go" "$1/taken" 2>/dev/null && read -r o a b <"$1/taken"
+  fi
 }
 
 # The command from $d/cmd as $(cat) reads it, trailing newlines dropped; read by the shell
@@ -105,14 +122,14 @@ all_() {
   if zap "$2" >"$1/out"; then fin "$1" 0; else fin "$1" 1; fi
 }
 
-# Version 2 blocks on the FIFO $C/wake, which the runner writes a line to after each request
+# Version 3 blocks on the FIFO $C/wake, which the runner writes a line to after each request
 # (held open read-write here, so no wake is lost while a scan runs); a ticker writes one every
 # second in case one is. It needs setsid (the ticker and its sleeps stay in the shim's group,
 # which kill-all spares). Without mkfifo or setsid: version 1, polling.
 V=1 TK=
 if [ -n "$S" ] && rm -f "$C/wake" && mkfifo -m 600 "$C/wake" 2>/dev/null \
   && command exec 3<>"$C/wake" 2>/dev/null
-then V=2; (while sleep 1 && kill -0 $$ 2>/dev/null; do echo; done) >&3 & TK=$!; X="$X$TK "
+then V=3; (while sleep 1 && kill -0 $$ 2>/dev/null; do echo; done) >&3 & TK=$!; X="$X$TK "
 fi
 printf 'version=%s\npid=%s\ndir=%s\ncwd=%s\nsetsid=%s\nsu=%s\nuid=%s\ndone=1\n' \
   $V $$ "$C" "$W" "$S" "$U" "$(id -u 2>/dev/null)" >"$C/.ready" && mv "$C/.ready" "$C/ready" \
@@ -123,21 +140,21 @@ while :; do
   for g in "$Q"/*/go; do
     [ -f "$g" ] || continue
     d=${g%/go}
-    mv "$g" "$d/taken" 2>/dev/null || continue
-    read -r o a b <"$d/taken"; i=0
+    claim "$d" || continue
+    i=0
     case $o in
       run) run_ "$d" 3<&- & H="$H $!" ;;
       kill) kill_ "$d" "$a" "$b" 3<&- & H="$H $!" ;;
       # Version 1 kills in the foreground: no polling sleep of the shim's (which kill-all, with no
       # setsid to tell the shim's group apart, would kill) runs meanwhile.
-      killall) if [ $V = 2 ]; then all_ "$d" "$a" 3<&- & H="$H $!"; else all_ "$d" "$a"; fi ;;
+      killall) if [ $V = 3 ]; then all_ "$d" "$a" 3<&- & H="$H $!"; else all_ "$d" "$a"; fi ;;
       exit) fin "$d" 0; echo "rollout-shim: exit $a" >&2; [ -z "$TK" ] || kill $TK; exit "$a" ;;
       *) echo "rollout-shim: unknown request $o" >"$d/err"; fin "$d" 2 ;;
     esac
   done
-  # Version 2: wait for the next wake. Version 1: poll fast for about 2 s after a request,
+  # Version 3: wait for the next wake. Version 1: poll fast for about 2 s after a request,
   # then gently.
-  if [ $V = 2 ]; then read -r _ <&3
+  if [ $V = 3 ]; then read -r _ <&3
   else i=$((i + 1)); if [ $i -gt 40 ]; then sleep $L; else sleep $P; fi
   fi
 done
