@@ -49,7 +49,7 @@ async def test_the_bridge_is_sent_only_trials_whose_environment_is_not_a_pod(kub
     client = kubernetes.client.ApiClient(kube.client_configuration(Identity.BRIDGE))
     api = BridgeApi(client, metrics=OperatorMetrics(CollectorRegistry()))
     recorder = Recorder()
-    watch = TrialWatch(api, [kube.namespace], recorder)  # type: ignore[arg-type]
+    watch = TrialWatch(api, [kube.namespace], recorder)
     mark = kube.mark()
     await watch.start()
     try:

@@ -29,7 +29,8 @@ def trial(name: str, claimed_by: str | None = None) -> dict[str, Any]:
 
 
 def test_waiting_trials_the_listing_no_longer_has_wait_no_more() -> None:
-    metrics = BridgeMetrics(CollectorRegistry())
+    registry = CollectorRegistry()
+    metrics = BridgeMetrics(registry)
     api = BridgeApi(
         kubernetes.client.ApiClient(kubernetes.client.Configuration()),
         metrics=OperatorMetrics(CollectorRegistry()),
@@ -44,6 +45,7 @@ def test_waiting_trials_the_listing_no_longer_has_wait_no_more() -> None:
         bridge.resync([trial("taken", claimed_by="another-bridge")])
         assert bridge.waiting[SLOT] == OrderedDict()
         assert bridge.runs == {}  # neither was started
-        assert metrics.waiting.labels("docker")._value.get() == 0
+        waiting = registry.get_sample_value("rollout_bridge_waiting_trials", {"provider": "docker"})
+        assert waiting == 0
     finally:
         api.close()

@@ -26,9 +26,9 @@ from rollout_runner.main import build_parser
 from rollout_runner.spec import load_pod_created_at, load_spec, load_try, resolve_agent_env
 
 KUBERNETES_VERSIONS = ("1.25", "1.28", "1.33")
-DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"  # kubectl's own annotation
 """The oldest schema kubernetes-validate ships (1.24 is not among them), the first with native
 sidecars, and a recent one."""
+DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"  # kubectl's own annotation
 
 TRIAL_NAME = trial_resource_name("nightly-evals", "claude-code", "terminal-bench", "hello-world", 2)
 SECRET_VALUE = "sk-ant-api03-this-never-appears-in-a-pod"
@@ -249,7 +249,10 @@ def test_a_retry_is_recorded_on_the_pod() -> None:
     pod = render_trial_pod(
         make_trial(), config=make_config(), pod_name="t-r3", retry=3, created_at=CREATED
     )
-    assert pod["metadata"]["annotations"]["rollout.dev/retry"] == "3"
+    assert pod["metadata"]["annotations"] == {
+        "rollout.dev/retry": "3",
+        DEFAULT_CONTAINER: "environment",
+    }
     assert pod["metadata"]["name"] == "t-r3"
 
 

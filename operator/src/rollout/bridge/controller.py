@@ -49,6 +49,12 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 """(namespace, name) of a trial."""
 
+
+def key_of(body: Mapping[str, Any]) -> Key:
+    metadata = body.get("metadata") or {}
+    return (str(metadata.get("namespace")), str(metadata.get("name")))
+
+
 SWEEP_SEC = 300.0
 """How often the bridge looks for containers of its own that no run of its holds."""
 RETAKE_SEC = 30.0
@@ -98,8 +104,7 @@ class Bridge:
 
     def observe(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """Take note of a trial's latest state (from the watch) and act on it."""
-        metadata = body.get("metadata") or {}
-        key: Key = (str(metadata.get("namespace")), str(metadata.get("name")))
+        key = key_of(body)
         run = self.runs.get(key)
         step = claim.decide(body, self.identity, running_here=run is not None)
         if deleted or step is Step.STOP:
@@ -129,8 +134,7 @@ class Bridge:
         deleted, finished or claimed by another bridge meanwhile: it waits no more."""
         listed: set[Key] = set()
         for body in bodies:
-            metadata = body.get("metadata") or {}
-            listed.add((str(metadata.get("namespace")), str(metadata.get("name"))))
+            listed.add(key_of(body))
             self.observe(body)
         for queue in self.waiting.values():
             for key in [key for key in queue if key not in listed]:

@@ -22,7 +22,7 @@ from typing import Any
 from rollout.api.environment import EnvironmentType
 from rollout.api.names import LABEL_ENVIRONMENT
 from rollout.bridge.claim import FINISHED, for_bridge, phase
-from rollout.bridge.controller import Bridge, Key
+from rollout.bridge.controller import Bridge, Key, key_of
 from rollout.controller.kubeapi import OURS, TRIALS, KubeApi
 from rollout.controller.watches import Index, Watch, start_watches, stop_watches
 
@@ -47,9 +47,8 @@ UnfinishedIndex = Index[Key, Unfinished]
 def unfinished(body: Mapping[str, Any]) -> dict[Key, Unfinished] | None:
     if not for_bridge(body) or phase(body) in FINISHED:
         return None
-    metadata = body.get("metadata") or {}
-    namespace = str(metadata.get("namespace"))
-    return {(namespace, str(metadata.get("name"))): Unfinished(namespace, body)}
+    key = key_of(body)
+    return {key: Unfinished(key[0], body)}
 
 
 class TrialWatch:

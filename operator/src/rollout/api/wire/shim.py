@@ -19,8 +19,8 @@ Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
   - version 3: by creating `taken` exclusively (the shell's noclobber, O_EXCL), `go` left where
     it is; a runner that created `taken` first has cancelled the request before it started. So
     neither the claim nor the answer (`rc`, below) costs the shim a process: under a task's small
-    CPU limit, each process started is milliseconds of the trial (`mv` twice was 40% of a
-    request's CPU);
+    CPU limit, each process started is milliseconds of the trial (`mv` twice was about 40%
+    of the CPU of a request to run `true`);
   - versions 1 and 2: by renaming `go` to `taken`; a runner that renames `go` away first has
     cancelled the request before it started.
   Between scans:
