@@ -8,10 +8,12 @@ need and the test suite does not have.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 GROUP, VERSION = "rollout.dev", "v1alpha1"
@@ -345,6 +347,52 @@ def bound_by(operator: Rate, ceiling: Rate, *, near: float = 0.8) -> str:
     if share >= near:
         return f"the API ({share:.0%} of its plain-client ceiling)"
     return f"the operator ({share:.0%} of the API's plain-client ceiling)"
+
+
+def percentile(values: Iterable[float], fraction: float) -> float:
+    """The value below which `fraction` of `values` lie (nearest rank; the largest for 1)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+RUNNER_TIMES = ("started_at", "trial_started_at", "environment_ready_at", "ended_at")
+
+
+def runner_times(pod: Mapping[str, Any], container: str) -> dict[str, datetime] | None:
+    """When a trial Pod's runner started, ended its start-up, saw its environment ready and
+    ended: its termination message's `runner`, on the node's clock. None until the container
+    `container` has ended with all four."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        if status.get("name") != container:
+            continue
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        try:
+            runner = json.loads(terminated.get("message") or "")["runner"]
+            return {key: datetime.fromisoformat(runner[key]) for key in RUNNER_TIMES}
+        except (ValueError, KeyError, TypeError):
+            return None
+    return None
+
+
+RUNNER_OVERHEAD_ROWS = (
+    ("environment ready -> runner end", "environment_ready_at", "ended_at"),
+    ("runner start -> trial start (its start-up)", "started_at", "trial_started_at"),
+    ("runner start -> environment ready", "started_at", "environment_ready_at"),
+)
+
+
+def runner_overhead(times: Sequence[Mapping[str, datetime]]) -> list[tuple[str, float, float]]:
+    """(what, p50 ms, p90 ms) over the runners' times (`runner_times`) for each span of
+    `RUNNER_OVERHEAD_ROWS`. The first is the issue's measure of the runner's overhead (with a
+    trivial task's commands inside it); the last is how far ahead of its environment a runner
+    started (negative: after it)."""
+    rows = []
+    for label, begin, end in RUNNER_OVERHEAD_ROWS:
+        spans = [(t[end] - t[begin]).total_seconds() * 1000 for t in times]
+        rows.append((label, percentile(spans, 0.5), percentile(spans, 0.9)))
+    return rows
 
 
 _METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)")

@@ -78,7 +78,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,8 @@ from operator_bench_parts import (  # noqa: E402
     namespace_manifest,
     ratio,
     rollout_job,
+    runner_overhead,
+    runner_times,
     template,
     unschedulable_selector,
     writes_between,
@@ -133,7 +135,7 @@ from rollout.cli.prepare import prepare_dataset  # noqa: E402
 from rollout.cli.publish import publish_datasets  # noqa: E402
 from rollout.controller.config import OperatorConfig  # noqa: E402
 from rollout.controller.jobexec import TRIAL_WRITERS  # noqa: E402
-from rollout.controller.pod import render_trial_pod  # noqa: E402
+from rollout.controller.pod import RUNNER_CONTAINER, render_trial_pod  # noqa: E402
 from rollout.datasets.bundle import build_manifest  # noqa: E402
 from rollout.storage import ObjectStore, StorageCredentials, StorageLocation  # noqa: E402
 from s3server import S3Server  # noqa: E402
@@ -462,8 +464,13 @@ class WatchCounter:
     reading its audit log as it grows cost this script more than the watch, and under load the
     log's barrier request took longer than the harness waits.)"""
 
-    def __init__(self, kube: ClusterKube, labels: str) -> None:
-        self.kube, self.labels = kube, labels
+    def __init__(
+        self,
+        kube: ClusterKube,
+        labels: str,
+        on_pod: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
+        self.kube, self.labels, self.on_pod = kube, labels, on_pod
         self.names: set[str] = set()
         self.first: str | None = None
         self.count = 0
@@ -477,6 +484,8 @@ class WatchCounter:
         self._thread.start()
 
     def _saw(self, pod: Mapping[str, Any]) -> None:
+        if self.on_pod is not None:
+            self.on_pod(pod)
         name = str(pod["metadata"]["name"])
         if name not in self.names:
             self.names.add(name)
@@ -508,6 +517,8 @@ class WatchCounter:
                         self._version = str(event["object"]["metadata"]["resourceVersion"])
                         if event["type"] == "ADDED":
                             self._saw(event["object"])
+                        elif event["type"] == "MODIFIED" and self.on_pod is not None:
+                            self.on_pod(event["object"])
                         if self._stop.is_set():
                             break
                 finally:
@@ -906,6 +917,16 @@ async def job_ratio(
         timeout,
     )
 
+    # Each runner's times, from its termination message in its Pod's status (read before the
+    # operator deletes the Pod): its overhead, measured on the node.
+    runners: dict[str, dict[str, datetime]] = {}
+
+    def saw(pod: Mapping[str, Any]) -> None:
+        times = runner_times(pod, RUNNER_CONTAINER)
+        if times is not None:
+            runners[str(pod["metadata"]["name"])] = times
+
+    pods = WatchCounter(kube, "rollout.dev/job=ratio", on_pod=saw)
     writes_before = await asyncio.to_thread(scrape_writes, op.metrics_port)
     started = time.monotonic()
     await kube.create(
@@ -931,6 +952,7 @@ async def job_ratio(
     job = await wait_until(completed, within=timeout, what="RolloutJob ratio")
     trials_rate = Rate(count, time.monotonic() - started)
     await asyncio.sleep(2)  # the last status patches
+    pods.close()
     writes = writes_between(writes_before, await asyncio.to_thread(scrape_writes, op.metrics_port))
     trials = await kube.list(ROLLOUT_TRIALS, labels="rollout.dev/job=ratio")
 
@@ -975,6 +997,12 @@ async def job_ratio(
         ]
         if values:
             print(f"   trial {key}: median {statistics.median(values):.2f} s")
+    if runners:
+        print(f"   the runner, from {len(runners)} Pods' termination messages (ms, p50 / p90):")
+        for label, p50, p90 in runner_overhead(list(runners.values())):
+            print(f"     {label:<44} {p50:8.1f} {p90:8.1f}")
+    else:
+        print("   the runner: no Pod's termination message had its times (an older runner?)")
 
 
 # --- the run ------------------------------------------------------------------------------------

@@ -6,12 +6,19 @@ is `true`, its execute writes a one-character answer, and the verifier copies it
 nearly all the time measured is the runner's: shim round trips, the task download and unpack,
 file copies, kill-all, reading the reward, teardown and the uploads. Two measures:
 
-- process: what a trial Pod sees. The fake container and a `rollout-runner` process (as the Pod
-  runs it: `python -m rollout_runner.main`, its spec in a file, S3 settings in its environment)
-  are started at the same moment; timed from there to the runner's exit. This includes the
-  shim's start, the runner's Python start-up and imports, its S3 client, the trial and the
-  uploads. Split by the runner's own log lines (millisecond resolution): start-up (to "trial
-  starts"), the trial (to "trial ends", after result.json is uploaded) and the exit after it.
+- process: what a trial Pod sees. A `rollout-runner` process (as the Pod runs it: `python -m
+  rollout_runner.main`, its spec in a file, S3 settings in its environment) is started, and the
+  fake container --environment-after-ms later (0 by default: both at once); timed from the
+  runner's start to its exit. This includes the shim's start, the runner's Python start-up and
+  imports, its S3 client, the trial and the uploads. Split by the runner's own log lines
+  (millisecond resolution): start-up (to "trial starts"), the trial (to "trial ends", after
+  result.json is uploaded) and the exit after it. Then the issue's measure: from the
+  environment container's start to the runner's exit, and the same as the runner reports it in
+  its termination message (from its environment's ready file to its end: what the cluster mode
+  of operator_throughput.py prints from real nodes). In a Pod the runner is the first container
+  and the kubelet starts the environment's only after it (its image pulled, its container
+  created and started), so the runner's start-up runs partly or wholly before the environment
+  starts: --environment-after-ms plays that lead.
 - core: the runner's core (`run_trial`) in this process, from the shim's ready file to the last
   upload, with the time per phase (from result.json), the shim round trips per trial (the
   requests the runner writes, counted from its debug log of each) and the CPU time of the
@@ -26,13 +33,14 @@ on the runner's PYTHONPATH), so the two process figures show what the slimming s
 Prints p50 and p90 over the trials, in milliseconds. A figure, not a test: run it as root on
 Linux (the fake container needs mount and pid namespaces), on an idle machine (`uptime`):
 
-    python benchmarks/runner_overhead.py --trials 30 [--slim-botocore]
+    python benchmarks/runner_overhead.py --trials 30 [--slim-botocore] [--environment-after-ms 300]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import resource
@@ -42,7 +50,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -50,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
+from operator_bench_parts import percentile  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 from runner_kit import fast_store, make_spec, options_for, publish_task  # noqa: E402
 from s3_kit import S3Settings  # noqa: E402
@@ -67,10 +76,13 @@ TASK = "reward-from-answer"
 ACCESS_KEY = "bench"
 SECRET_KEY = "bench-secret"  # moto accepts any
 PROCESS_ROWS = [
-    ("wall", "whole: container start -> runner exit"),
+    ("wall", "whole: runner start -> runner exit"),
     ("startup", "  runner start-up (Python, imports, client)"),
     ("trial", "  the trial, up to its uploads"),
     ("exit", "  exit"),
+    ("from_environment", "environment start -> runner exit"),
+    ("reported", "  as reported (ready file -> runner end)"),
+    ("lead", "runner start -> ready file, as reported"),
 ]
 
 
@@ -151,6 +163,7 @@ def process_trial(
     settings: S3Settings,
     endpoint: str,
     python_path: Path | None = None,
+    environment_after: float = 0.0,
 ) -> dict[str, float]:
     base.mkdir()
     container_dir = base / "container"
@@ -184,18 +197,27 @@ def process_trial(
     wall_start = time.time()
     started = time.monotonic()
     runner = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    # stderr is read only once the container is up: the runner logs little before its trial.
+    time.sleep(environment_after)
+    environment_started = time.monotonic()
     with fake_container(container_dir):
         _, log = runner.communicate(timeout=60)
-        wall = time.monotonic() - started
-    if runner.returncode != 0 or '"reward":1.0' not in (base / "termination-log").read_text():
+        ended = time.monotonic()
+    message = json.loads((base / "termination-log").read_text() or "{}")
+    if runner.returncode != 0 or message.get("reward") != 1.0:
         raise SystemExit(f"a benchmark runner failed ({runner.returncode}):\n{log}")
+    times = {key: datetime.fromisoformat(value) for key, value in message["runner"].items()}
     trial_starts = _logged_at(log, " trial ", " starts") - wall_start
     trial_ends = _logged_at(log, " trial ends") - wall_start
+    wall = ended - started
     return {
         "wall": wall,
         "startup": trial_starts,
         "trial": trial_ends - trial_starts,
         "exit": wall - trial_ends,
+        "from_environment": ended - environment_started,
+        "reported": (times["ended_at"] - times["environment_ready_at"]).total_seconds(),
+        "lead": (times["environment_ready_at"] - times["started_at"]).total_seconds(),
     }
 
 
@@ -208,11 +230,6 @@ def _logged_at(log: str, *parts: str) -> float:
     raise SystemExit(f"the runner never logged {parts}:\n{log}")
 
 
-def percentile(values: Iterable[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
 def table(title: str, runs: list[dict[str, float]], rows: list[tuple[str, str]]) -> None:
     def column(key: str, fraction: float) -> float:
         return percentile((run[key] for run in runs), fraction) * 1000
@@ -223,7 +240,9 @@ def table(title: str, runs: list[dict[str, float]], rows: list[tuple[str, str]])
         print(f"  {label:<44} {column(key, 0.5):8.1f} {column(key, 0.9):8.1f}")
 
 
-async def main(trials: int, modes: list[str], slim_botocore: bool) -> None:
+async def main(
+    trials: int, modes: list[str], slim_botocore: bool, environment_after: float
+) -> None:
     reason = unavailable_reason()
     if reason:
         raise SystemExit(f"cannot run the benchmark here: {reason}")
@@ -253,11 +272,22 @@ async def main(trials: int, modes: list[str], slim_botocore: bool) -> None:
         # Alternate the modes, so that a change of load weighs on both alike.
         runners: dict[str, Callable[[Path, RolloutTrialSpec], object]] = {
             "process": lambda base, spec: asyncio.to_thread(
-                process_trial, base, spec, settings, server.endpoint_url
+                process_trial,
+                base,
+                spec,
+                settings,
+                server.endpoint_url,
+                environment_after=environment_after,
             ),
             "core": lambda base, spec: core_trial(base, spec, store, counter),
             "slim": lambda base, spec: asyncio.to_thread(
-                process_trial, base, spec, settings, server.endpoint_url, slim
+                process_trial,
+                base,
+                spec,
+                settings,
+                server.endpoint_url,
+                slim,
+                environment_after=environment_after,
             ),
         }
         runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
@@ -268,9 +298,10 @@ async def main(trials: int, modes: list[str], slim_botocore: bool) -> None:
                 spec = trivial_spec(store, content_hash, attempt)
                 runs[mode].append(await runners[mode](base, spec))  # type: ignore[misc]
     print(f"load before and after: see `uptime`; {os.cpu_count()} CPUs")
+    lead = f"the environment started {environment_after * 1000:g} ms after the runner"
     if "process" in runs:
         table(
-            "runner overhead, container start to runner exit (a Pod's view)",
+            f"runner overhead, a Pod's view ({lead})",
             runs["process"],
             PROCESS_ROWS,
         )
@@ -306,10 +337,19 @@ if __name__ == "__main__":
         help="what to time (default: both, alternating)",
     )
     parser.add_argument(
+        "--environment-after-ms",
+        type=float,
+        default=0.0,
+        help="start the fake container this long after the runner, as a node starts a trial "
+        "Pod's environment after its runner (default: 0, both at once)",
+    )
+    parser.add_argument(
         "--slim-botocore",
         action="store_true",
         help="also time the process measure with botocore slimmed as in the runner image",
     )
     args = parser.parse_args()
     chosen = ["process", "core"] if args.mode == "both" else [args.mode]
-    asyncio.run(main(args.trials, chosen, args.slim_botocore))
+    if args.environment_after_ms < 0:
+        parser.error("--environment-after-ms cannot be negative")
+    asyncio.run(main(args.trials, chosen, args.slim_botocore, args.environment_after_ms / 1000))

@@ -163,6 +163,7 @@ def test_with_a_storage_directory_the_trial_reads_and_writes_only_there(
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(spec.model_dump_json(by_alias=True))
     termination_log = tmp_path / "termination-log"
+    started = datetime.now(UTC)
     with fake_container(new_container_dir(tmp_path)) as container:
         # No bucket, endpoint or credentials: nothing but the directory.
         done = rollout_runner(
@@ -208,6 +209,12 @@ def test_with_a_storage_directory_the_trial_reads_and_writes_only_there(
     message = json.loads(termination_log.read_bytes())
     assert message["reward"] == 1.0
     assert message["result_uri"] == (trial_dir / "result.json").as_uri()
+    # When the runner did what, for its overhead (benchmarks/): in the order they happen.
+    times = {key: datetime.fromisoformat(value) for key, value in message["runner"].items()}
+    assert set(times) == {"started_at", "trial_started_at", "environment_ready_at", "ended_at"}
+    assert started - timedelta(seconds=0.03) <= times["started_at"] <= times["trial_started_at"]
+    assert times["trial_started_at"] <= times["ended_at"] <= datetime.now(UTC)
+    assert started <= times["environment_ready_at"] <= times["ended_at"]
 
 
 def test_a_storage_directory_that_is_not_one_is_refused_by_name(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from rollout.api.wire.shim import (
     CONTROL_DIR,
     DONE_FIFO,
     PROTOCOL_VERSION,
+    READY_FILE,
     SHIM_NAME,
     SHIM_TEXT,
     shim_command,
@@ -49,6 +50,15 @@ async def test_ready_reports_the_shim_as_pid_1(env: ShimEnvironment) -> None:
     assert env.info.has_setsid
     assert env.info.uid == 0
     assert stat.S_IMODE(env.control_dir.stat().st_mode) == 0o700
+
+
+async def test_ready_at_is_when_the_shim_wrote_its_ready_file(env: ShimEnvironment) -> None:
+    """The environment's start as the runner reports it (its termination message's runner
+    times): the ready file's own time, not when the runner got round to reading it."""
+    written = (env.control_dir / READY_FILE).stat().st_mtime_ns
+    assert env.ready_at is not None
+    assert env.ready_at.tzinfo is not None
+    assert abs(env.ready_at.timestamp() * 1e9 - written) < 1_000  # float rounding only
 
 
 async def test_output_and_exit_code_come_back_exactly(

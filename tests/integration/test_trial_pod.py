@@ -25,6 +25,7 @@ from operator_kit import (
     operator_memo,
     publish,
 )
+from prometheus_client import CollectorRegistry
 from s3_kit import S3Settings
 
 from fakecontainer import requires_fake_container
@@ -33,6 +34,8 @@ from kubeharness.kubelet import run_trial_pod
 from kubeharness.resources import PODS, ROLLOUT_JOBS
 from rollout.api.layout import task_archive_key, trial_prefix
 from rollout.api.taskdir import task_content_hash
+from rollout.api.wire.termination import RunnerTimes
+from rollout.controller.metrics import OperatorMetrics
 from rollout.datasets.bundle import task_archive
 from rollout.storage import ObjectStore
 
@@ -76,7 +79,10 @@ async def test_a_trial_pod_runs_the_agents_script_byte_for_byte(
         "execute": EXECUTE,
         "env": [{"name": "PRICE", "value": PRICE}],
     }
-    async with kube.operator(memo=operator_memo(kube, config)):
+    memo = operator_memo(kube, config)
+    registry = CollectorRegistry()
+    memo.metrics = OperatorMetrics(registry)
+    async with kube.operator(memo=memo):
         await kube.create(ROLLOUT_JOBS, job_manifest("dollars", [dataset], agents=[agent]))
         pod = await kube.wait_for(lambda: _one_pod(kube), what="the trial's Pod", timeout=20)
         outcome = await run_trial_pod(kube, pod["metadata"]["name"], kube.namespace, tmp_path / "k")
@@ -99,6 +105,14 @@ async def test_a_trial_pod_runs_the_agents_script_byte_for_byte(
     assert summary["timestamps"]["environment_setup_started_at"] == created_text
     api_created = datetime.fromisoformat(pod["metadata"]["creationTimestamp"])
     assert abs(created - api_created) < timedelta(seconds=2)  # the API's has whole seconds
+    # The runner's start-up, from its termination message, in the operator's metrics.
+    runner_times = RunnerTimes.model_validate(summary["runner"])
+    assert runner_times.started_at is not None
+    assert runner_times.trial_started_at is not None
+    startup = (runner_times.trial_started_at - runner_times.started_at).total_seconds()
+    assert registry.get_sample_value("rollout_runner_startup_seconds_count") == 1
+    assert registry.get_sample_value("rollout_runner_startup_seconds_sum") == pytest.approx(startup)
+    assert registry.get_sample_value("rollout_runner_startup_exposed_seconds_count") == 1
 
 
 async def _one_pod(kube: Kube) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import pytest
 
 from paths import REPO
 from rollout.api.resources import RolloutJob
+from rollout.api.wire.termination import RunnerTimes, from_result, render
 from rollout.controller.config import OperatorConfig
 from rollout.controller.pod import render_trial_pod
 
@@ -30,8 +31,11 @@ from operator_bench_parts import (
     indexed_job,
     job_finished,
     namespace_manifest,
+    percentile,
     ratio,
     rollout_job,
+    runner_overhead,
+    runner_times,
     template,
     unschedulable_selector,
     writes_between,
@@ -280,3 +284,51 @@ def test_the_operators_writes_are_read_from_its_metrics() -> None:
         ("pods", "create"): 40.0,
         ("rollouttrials", "patch_status"): 80.0,
     }
+
+
+def _runner_pod(message: str | None, container: str = "runner") -> dict[str, Any]:
+    state = {"terminated": {"exitCode": 0, "message": message}} if message is not None else {}
+    return {
+        "metadata": {"name": "ratio-1"},
+        "status": {
+            "containerStatuses": [
+                {"name": "environment", "state": {"running": {}}},
+                {"name": container, "state": state or {"running": {}}},
+            ]
+        },
+    }
+
+
+def test_a_runners_times_are_read_from_its_termination_message() -> None:
+    # The runner's own rendering of its message, so the two cannot drift apart.
+    times = RunnerTimes(
+        started_at=datetime(2026, 1, 1, 0, 0, 0, 0, tzinfo=UTC),
+        trial_started_at=datetime(2026, 1, 1, 0, 0, 0, 350_000, tzinfo=UTC),
+        environment_ready_at=datetime(2026, 1, 1, 0, 0, 0, 200_000, tzinfo=UTC),
+        ended_at=datetime(2026, 1, 1, 0, 0, 0, 530_000, tzinfo=UTC),
+    )
+    message = render(from_result(None, result_uri=None, upload_error=None, runner=times))
+    read = runner_times(_runner_pod(message.decode()), "runner")
+    assert read == times.model_dump(by_alias=False)
+    # Still running, another container's message, none, or an older runner's: nothing.
+    assert runner_times(_runner_pod(None), "runner") is None
+    assert runner_times(_runner_pod(message.decode(), container="other"), "runner") is None
+    assert runner_times(_runner_pod(""), "runner") is None
+    assert runner_times(_runner_pod('{"reward": 1.0}'), "runner") is None
+    assert runner_times({"metadata": {"name": "p"}}, "runner") is None
+
+    rows = runner_overhead([read, read])
+    assert [(label, round(p50), round(p90)) for label, p50, p90 in rows] == [
+        ("environment ready -> runner end", 330, 330),
+        ("runner start -> trial start (its start-up)", 350, 350),
+        ("runner start -> environment ready", 200, 200),
+    ]
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0, 9.0, 8.0, 7.0, 6.0]
+    assert percentile(values, 0.5) == 6.0
+    assert percentile(values, 0.9) == 10.0
+    assert percentile([3.0], 0.9) == 3.0
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 0.5)

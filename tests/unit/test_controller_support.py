@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import kopf
@@ -17,6 +18,7 @@ from rollout.api.dataset import load_local_dataset
 from rollout.api.manifest import canonical_json
 from rollout.api.resources import RolloutJob, StorageSpec
 from rollout.api.results import JobResult
+from rollout.api.wire.termination import RunnerTimes
 from rollout.controller.buckets import NoStorage, StoreCache, job_storage_spec, operator_location
 from rollout.controller.config import OperatorConfig
 from rollout.controller.datasets import DatasetProblem, parse_manifest
@@ -208,3 +210,36 @@ def test_metrics_sum_the_jobs_and_count_finished_trials() -> None:
     assert registry.get_sample_value("rollout_trial_phase_duration_seconds_sum", total) == 30
     verifier = {"phase": "verifier"}
     assert registry.get_sample_value("rollout_trial_phase_duration_seconds_count", verifier) is None
+    # No runner times (an older runner, a Pod that failed to start): no runner figures.
+    assert registry.get_sample_value("rollout_runner_startup_seconds_count") == 0
+
+
+def _times(started: float, trial: float, ready: float | None) -> RunnerTimes:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return RunnerTimes(
+        started_at=at + timedelta(seconds=started),
+        trial_started_at=at + timedelta(seconds=trial),
+        environment_ready_at=at + timedelta(seconds=ready) if ready is not None else None,
+        ended_at=at + timedelta(seconds=trial + 1),
+    )
+
+
+def test_the_runners_start_up_and_what_the_trial_waited_of_it_are_observed() -> None:
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
+    # Ready 0.1 s before the runner's start-up ended: 0.1 s of its 0.4 s exposed.
+    metrics.trial_finished("Succeeded", None, {}, None, _times(0.0, 0.4, 0.3))
+    # The environment ready after the runner: nothing exposed.
+    metrics.trial_finished("Succeeded", None, {}, None, _times(0.0, 0.3, 0.5))
+    # No environment (a data-row shard with none): its start-up only.
+    metrics.trial_finished("Succeeded", None, {}, None, _times(0.0, 0.2, None))
+
+    def sample(name: str, labels: dict[str, str] | None = None) -> float | None:
+        return registry.get_sample_value(name, labels or {})
+
+    assert sample("rollout_runner_startup_seconds_count") == 3
+    assert sample("rollout_runner_startup_seconds_sum") == pytest.approx(0.9)
+    assert sample("rollout_runner_startup_seconds_bucket", {"le": "0.3"}) == 2
+    assert sample("rollout_runner_startup_exposed_seconds_count") == 2
+    assert sample("rollout_runner_startup_exposed_seconds_sum") == pytest.approx(0.1)
+    assert sample("rollout_runner_startup_exposed_seconds_bucket", {"le": "0.05"}) == 1

@@ -246,6 +246,12 @@ def test_the_runners_message_becomes_the_trials_status() -> None:
         "timestamps": {"started_at": "2025-01-15T10:30:00Z"},
         "result_uri": "s3://b/jobs/j/oracle/d/t__1/result.json",
         "upload_error": None,
+        "runner": {
+            "started_at": "2025-01-15T10:30:01Z",
+            "trial_started_at": "2025-01-15T10:30:01.4Z",
+            "environment_ready_at": "2025-01-15T10:30:01.3Z",
+            "ended_at": "2025-01-15T10:30:10Z",
+        },
     }
     action = decide(
         TRIAL, finished_pod(message), now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
@@ -260,6 +266,9 @@ def test_the_runners_message_becomes_the_trials_status() -> None:
     assert status["resultUri"] == message["result_uri"]
     assert action.delete_pod == "t1"
     assert action.durations["total_sec"] == 10.0
+    assert action.runner is not None  # for the metrics, not the status
+    assert action.runner.environment_ready_at == datetime(2025, 1, 15, 10, 30, 1, 300_000, UTC)
+    assert "runner" not in status
     assert "infraRetries" not in status  # a merge patch keeps the count
     assert status["failureClass"] == "infrastructure"
 

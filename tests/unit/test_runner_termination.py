@@ -12,6 +12,7 @@ from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTi
 from rollout.api.wire.termination import (
     MAX_BYTES,
     TRUNCATED,
+    RunnerTimes,
     TerminationMessage,
     from_result,
     render,
@@ -118,3 +119,40 @@ def test_when_text_is_not_enough_the_big_parts_go() -> None:
     document = json.loads(data)
     assert document["result_uri"] is None
     assert document["timestamps"] is not None
+
+
+RUNNER = RunnerTimes(
+    started_at=datetime(2025, 1, 15, 10, 30, 0, 120_000, tzinfo=UTC),
+    trial_started_at=datetime(2025, 1, 15, 10, 30, 0, 480_000, tzinfo=UTC),
+    environment_ready_at=datetime(2025, 1, 15, 10, 30, 0, 300_500, tzinfo=UTC),
+    ended_at=None,
+)
+
+
+def test_the_runners_times_go_with_the_outcome_snake_case_to_the_microsecond() -> None:
+    fields = from_result(result_with(reward=1.0), result_uri=URI, upload_error=None, runner=RUNNER)
+    data = render(fields)
+    assert json.loads(data)["runner"] == {
+        "started_at": "2025-01-15T10:30:00.120000Z",
+        "trial_started_at": "2025-01-15T10:30:00.480000Z",
+        "environment_ready_at": "2025-01-15T10:30:00.300500Z",
+        "ended_at": None,
+    }
+    assert TerminationMessage.model_validate_json(data).runner == RUNNER
+
+
+def test_the_runners_times_are_the_first_to_go_when_the_message_is_too_long() -> None:
+    def fields_with(uri: str) -> dict[str, object]:
+        return from_result(
+            result_with(message="short"), result_uri=uri, upload_error=None, runner=RUNNER
+        )
+
+    # A result_uri long enough that the message fits without the runner's times only.
+    runner_size = len(json.dumps(json.loads(render(fields_with(URI)))["runner"]))
+    whole = len(render(fields_with("")))
+    uri = "s3://b/" + "k" * (MAX_BYTES - whole + runner_size // 2 - len("s3://b/"))
+    assert len(render(fields_with(uri))) <= MAX_BYTES  # render() made it fit
+    document = json.loads(render(fields_with(uri)))
+    assert document["runner"] is None
+    assert document["result_uri"] == uri
+    assert document["error"]["message"] == "short"

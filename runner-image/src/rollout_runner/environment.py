@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 
@@ -50,6 +51,10 @@ class Environment(abc.ABC):
     Commands run with `/bin/sh -c` semantics in the environment's working directory, as its
     default user unless `user` is given. Env values may be secrets: implementations never log them.
     """
+
+    ready_at: datetime | None = None
+    """When the environment became ready, as far as it can tell (a trial Pod's: the time of the
+    shim's ready file, about when its container started); None when it cannot."""
 
     @abc.abstractmethod
     async def wait_ready(self, timeout_sec: float) -> None:

@@ -27,7 +27,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +38,7 @@ from rollout.api.rowrun import EVALUATOR_API_KEY_ENV
 from rollout.api.wire import termination
 from rollout.api.wire.shim import CONTROL_DIR
 from rollout.api.wire.spec import AGENT_ENV_PREFIX, POD_CREATED_ENV_VAR, SPEC_ENV_VAR, TRY_ENV_VAR
+from rollout.api.wire.termination import RunnerTimes
 from rollout.storage import (
     ENV_BUCKET,
     ENV_CREDENTIALS_DIR,
@@ -57,6 +58,7 @@ from rollout.storage import (
 )
 from rollout_runner import termination as termination_log
 from rollout_runner.arguments import positive_seconds
+from rollout_runner.clock import process_started_at
 from rollout_runner.context import RunnerOptions
 from rollout_runner.environment import Environment, NoEnvironment
 from rollout_runner.redact import MIN_SECRET_LENGTH, RedactingFilter, Redactor
@@ -136,7 +138,8 @@ data rows:
 
 outcome:
   The termination log gets compact JSON (at most 4096 bytes): reward, error {{type, message}},
-  durations, timestamps, result_uri and upload_error. Secret agent env values (at least
+  durations, timestamps, result_uri, upload_error, and runner: when the runner started, ended
+  its start-up, saw its environment ready and ended. Secret agent env values (at least
   {MIN_SECRET_LENGTH} characters) are replaced by *** in everything the runner writes or uploads.
   Unless the spec sets preserveEnv, the environment is told to exit at the end; with it, the
   environment keeps running (the Pod stays Running) for inspection.
@@ -223,6 +226,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None, startup: CollectorPause) -> int:
+    process_started = process_started_at()
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -251,7 +255,7 @@ def _run(argv: Sequence[str] | None, startup: CollectorPause) -> int:
         upload_timeout_sec=args.upload_timeout_sec,
     )
     try:
-        report = asyncio.run(
+        report, times = asyncio.run(
             _run_trial(
                 spec,
                 storage,
@@ -264,6 +268,7 @@ def _run(argv: Sequence[str] | None, startup: CollectorPause) -> int:
                 started=startup.resume,
             )
         )
+        times = times.model_copy(update={"started_at": process_started})
     except Exception as err:
         log.exception("the runner failed")
         return _fail(
@@ -275,7 +280,8 @@ def _run(argv: Sequence[str] | None, startup: CollectorPause) -> int:
     finally:
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
-    termination_log.write(args.termination_log, report.termination_message())
+    times = times.model_copy(update={"ended_at": datetime.now(UTC)})
+    termination_log.write(args.termination_log, report.termination_message(times))
     return EXIT_OK
 
 
@@ -290,7 +296,8 @@ async def _run_trial(
     evaluator_key: str | None = None,
     *,
     started: Callable[[], None],
-) -> TrialReport | ShardReport:
+) -> tuple[TrialReport | ShardReport, RunnerTimes]:
+    """Run the trial; its report, and when its start-up ended and its environment was ready."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -298,6 +305,7 @@ async def _run_trial(
     # A bucket's client is made here, where a failure is the runner's, reported as such.
     store: Store = storage if isinstance(storage, DirectoryStore) else ObjectStore(*storage)
     started()
+    trial_started = datetime.now(UTC)
     environment: Environment = (
         ShimEnvironment(control_dir) if spec.needs_environment else NoEnvironment()
     )
@@ -307,7 +315,7 @@ async def _run_trial(
         from rollout_runner.shard import run_shard  # only a shard needs it
 
         run = partial(run_shard, evaluator_key=evaluator_key)
-    return await run(
+    report = await run(
         spec,
         environment,
         store,
@@ -317,6 +325,8 @@ async def _run_trial(
         began_at=pod_created_at,
         try_number=try_number,
     )
+    times = RunnerTimes(trial_started_at=trial_started, environment_ready_at=environment.ready_at)
+    return report, times
 
 
 def _fail(path: Path, message: str, code: int, redactor: Redactor | None = None) -> int:

@@ -37,6 +37,7 @@ from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialError, TrialResult
 from rollout.api.rowrun import RowItem, ShardRows
 from rollout.api.wire import termination
+from rollout.api.wire.termination import RunnerTimes
 from rollout.storage import ObjectNotFound, StorageError, Store
 from rollout_runner.clock import SYSTEM_CLOCK, Clock
 from rollout_runner.context import ISOLATED_AGENT_USER, RunnerOptions, TrialContext
@@ -66,7 +67,7 @@ class ShardReport:
     error: TrialError | None = None
     """Why the shard itself failed (its setup), if it did."""
 
-    def termination_message(self) -> bytes:
+    def termination_message(self, runner: RunnerTimes | None = None) -> bytes:
         rows = self.spec.rows
         assert rows is not None
         scored = sum(1 for r in self.results.values() if r.reward is not None)
@@ -75,6 +76,7 @@ class ShardReport:
             None,
             result_uri=None,
             upload_error="; ".join(self.upload_errors[:3]) if self.upload_errors else None,
+            runner=runner,
         )
         if self.error is not None:
             fields["error"] = self.error.model_dump(mode="json")

@@ -20,6 +20,7 @@ import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 
@@ -142,9 +143,13 @@ class ShimEnvironment(Environment):
                 f"the shim speaks protocol version {info.version}, this runner versions {versions}"
             )
         self.info = info
+        written = await asyncio.to_thread(ready.stat)
         # Who the shim is on this side: the owner of the file it wrote. Its `uid` is as the
         # environment sees it, which differs in a user namespace (the host sandbox without root).
-        self._shim_uid = (await asyncio.to_thread(ready.stat)).st_uid
+        self._shim_uid = written.st_uid
+        # The shim writes it once started (a shell's start and a few mkdirs after its
+        # container's): the environment's start, on this node's clock, as the runner reports it.
+        self.ready_at = datetime.fromtimestamp(written.st_mtime_ns / 1e9, UTC)
         if info.notifies_done and self._use_done_fifo:
             done = self.control_dir / shim.DONE_FIFO
             self._done = await asyncio.to_thread(DoneFifo.create, done, self._shim_owner())

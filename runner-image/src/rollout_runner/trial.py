@@ -30,6 +30,7 @@ from rollout.api.layout import RESULT_JSON, job_prefix, trial_path
 from rollout.api.resources import RolloutTrialSpec
 from rollout.api.results import TrialResult
 from rollout.api.wire import termination
+from rollout.api.wire.termination import RunnerTimes
 from rollout.storage import Store
 from rollout_runner.clock import SYSTEM_CLOCK, Clock
 from rollout_runner.context import RunnerOptions, TrialContext
@@ -74,10 +75,13 @@ class TrialReport:
     uploaded: list[str]
     upload_error: str | None
 
-    def termination_message(self) -> bytes:
+    def termination_message(self, runner: RunnerTimes | None = None) -> bytes:
         return termination.render(
             termination.from_result(
-                self.result, result_uri=self.result_uri, upload_error=self.upload_error
+                self.result,
+                result_uri=self.result_uri,
+                upload_error=self.upload_error,
+                runner=runner,
             )
         )
 

@@ -483,7 +483,7 @@ class JobExecutor:
             error = done.error_type.value if done.error_type else None
             phase = done.phase.value if done.phase else ""
             kind = done.failure_class.value if done.failure_class else None
-            self.runtime.metrics.trial_finished(phase, error, step.durations, kind)
+            self.runtime.metrics.trial_finished(phase, error, step.durations, kind, step.runner)
         if step.delete_pod:
             await self._delete_pod(step.delete_pod)
         return True

@@ -6,6 +6,12 @@
   end, by outcome and whose failure it was (agent, task, infrastructure; "" without an error).
 - `rollout_trial_phase_duration_seconds{phase}`: how long trial phases took, from the runner's
   termination message (environment_setup, agent_setup, agent_execution, verifier, total).
+- `rollout_runner_startup_seconds`: the runner's start-up in trial Pods (its process's start to
+  its trial's: Python, its imports, its storage client), from its termination message;
+  `rollout_runner_startup_exposed_seconds`: how much of it the trial waited for, the environment
+  ready and the runner not yet (0 when the runner was ready first: the kubelet starts the
+  environment's container after the runner's, so the start-up is hidden behind its pull and
+  start).
 - `rollout_reconcile_duration_seconds`, `rollout_reconcile_errors_total{kind}`: the job
   reconcilers' passes and the errors they met.
 - `rollout_api_writes_total{resource, verb}`: writes to the Kubernetes API, the figure the
@@ -23,8 +29,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from rollout.api.resources import TrialPhase
+from rollout.api.wire.termination import RunnerTimes
 
 PHASE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, float("inf"))
+RUNNER_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, float("inf"))
 RECONCILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 DURATION_PHASES = {
     "environment_setup_sec": "environment_setup",
@@ -82,6 +90,18 @@ class OperatorMetrics:
             buckets=PHASE_BUCKETS,
             registry=registry,
         )
+        self.runner_startup = Histogram(
+            "rollout_runner_startup_seconds",
+            "Seconds from a trial runner's process start to its trial's start (its start-up).",
+            buckets=RUNNER_BUCKETS,
+            registry=registry,
+        )
+        self.runner_startup_exposed = Histogram(
+            "rollout_runner_startup_exposed_seconds",
+            "Seconds a trial's environment was ready while its runner was still starting up.",
+            buckets=RUNNER_BUCKETS,
+            registry=registry,
+        )
         self.reconcile_duration = Histogram(
             "rollout_reconcile_duration_seconds",
             "Seconds one pass of a job's reconciler took.",
@@ -121,6 +141,7 @@ class OperatorMetrics:
         error_type: str | None,
         durations: Mapping[str, float | None],
         failure_class: str | None,
+        runner: RunnerTimes | None = None,
     ) -> None:
         self.trials_finished.labels(
             phase=phase, error_type=error_type or "", failure_class=failure_class or ""
@@ -129,6 +150,13 @@ class OperatorMetrics:
             value = durations.get(key)
             if value is not None:
                 self.phase_duration.labels(phase=label).observe(value)
+        if runner is not None and runner.trial_started_at is not None:
+            if runner.started_at is not None:
+                startup = runner.trial_started_at - runner.started_at
+                self.runner_startup.observe(max(startup.total_seconds(), 0.0))
+            if runner.environment_ready_at is not None:
+                exposed = runner.trial_started_at - runner.environment_ready_at
+                self.runner_startup_exposed.observe(max(exposed.total_seconds(), 0.0))
 
 
 _default: OperatorMetrics | None = None

@@ -38,6 +38,7 @@ from rollout.api.results import TrialError
 from rollout.api.rowrun import RowItem
 from rollout.api.trial_spec import trial_spec
 from rollout.api.trials import TrialKey, trial_labels
+from rollout.api.wire.termination import RunnerTimes
 from rollout.controller.builds import ImageBuild
 from rollout.controller.config import OperatorConfig
 from rollout.controller.cost import trial_cost
@@ -191,6 +192,8 @@ class PatchStatus:
     delete_pod: str | None = None
     final: bool = False
     durations: Mapping[str, float | None] = field(default_factory=dict)
+    runner: RunnerTimes | None = None
+    """When the runner did what (its termination message's), for the operator's metrics."""
     record: OperatorRecord | None = None
     cost: RecordCost | None = None
     """The trial's cost, to be set in the result.json its runner wrote (`records.RecordCost`)."""
@@ -336,6 +339,7 @@ def act(
                 delete_pod=cleanup,
                 final=True,
                 durations=message.durations.model_dump(by_alias=False) if message.durations else {},
+                runner=message.runner,
                 record=record,
                 cost=RecordCost(place.storage, place.result_key(trial.key), cost)
                 if record is None and cost is not None

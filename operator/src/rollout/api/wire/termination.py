@@ -17,6 +17,11 @@ Fields (the names of the trial's result.json, snake_case; every one may be null)
     upload_error  why the trial's files are not (all) in storage; null when they are
     rows          a shard of data rows only: {total, recorded, kept, scored, failed}, the rows'
                   counts (each row's own outcome is its result.json)
+    runner        when the runner's process started, when its start-up was done (the trial
+                  began), when its environment became ready (the shim's ready file's time) and
+                  when it ended (this message written, the uploads done), on the node's clock:
+                  what the runner's own overhead is measured by (benchmarks/), not part of the
+                  outcome; the first to go should the message not fit
 
 Example: {"reward":1.0,"error":null,"durations":{...},"timestamps":{...},
 "result_uri":"s3://b/jobs/j/oracle/d/t__1/result.json","upload_error":null}
@@ -30,12 +35,29 @@ from typing import Any
 
 from pydantic import Field
 
-from rollout.api.base import FileModel
-from rollout.api.results import TrialDurations, TrialError, TrialResult, TrialTimestamps
+from rollout.api.base import ApiModel, FileModel
+from rollout.api.results import Timestamp, TrialDurations, TrialError, TrialResult, TrialTimestamps
 
 MAX_BYTES = 4096
 DEFAULT_PATH = Path("/dev/termination-log")
 TRUNCATED = "...[truncated]"
+
+
+class RunnerTimes(ApiModel):
+    """When the runner did what its overhead is measured between (each null when unknown)."""
+
+    started_at: Timestamp | None = Field(None, description="The runner's process started.")
+    trial_started_at: Timestamp | None = Field(
+        None, description="Its start-up (Python, imports, storage client) done: the trial began."
+    )
+    environment_ready_at: Timestamp | None = Field(
+        None,
+        description="Its environment's shim wrote its ready file (about when the container "
+        "started).",
+    )
+    ended_at: Timestamp | None = Field(
+        None, description="It wrote the termination message, after its uploads."
+    )
 
 
 class TerminationMessage(FileModel):
@@ -51,14 +73,19 @@ class TerminationMessage(FileModel):
         None,
         description="A shard's rows: total, recorded, kept (by an earlier try), scored, failed.",
     )
+    runner: RunnerTimes | None = Field(None, description="When the runner did what (overhead).")
 
 
 def from_result(
-    result: TrialResult | None, *, result_uri: str | None, upload_error: str | None
+    result: TrialResult | None,
+    *,
+    result_uri: str | None,
+    upload_error: str | None,
+    runner: RunnerTimes | None = None,
 ) -> dict[str, Any]:
     """The message's fields for a trial result (or only an error, without one)."""
     dumped = result.model_dump(mode="json") if result is not None else {}
-    return {
+    fields = {
         "reward": dumped.get("reward"),
         "error": dumped.get("error"),
         "durations": dumped.get("durations"),
@@ -66,6 +93,9 @@ def from_result(
         "result_uri": result_uri,
         "upload_error": upload_error,
     }
+    if runner is not None:
+        fields["runner"] = runner.model_dump(mode="json", by_alias=False)
+    return fields
 
 
 def render(fields: dict[str, Any], limit: int = MAX_BYTES) -> bytes:
@@ -73,8 +103,8 @@ def render(fields: dict[str, Any], limit: int = MAX_BYTES) -> bytes:
 
     The error message and the upload error are cut to a common length, the longest that fits,
     so that a long upload error cannot crowd out the trial's error or the other way round.
-    Should even empty texts not fit, result_uri, timestamps and durations are dropped, in that
-    order.
+    Should even empty texts not fit, runner, result_uri, timestamps and durations are dropped,
+    in that order.
     """
     fields = json.loads(json.dumps(fields))  # a private deep copy
     texts = _texts(fields)
@@ -85,7 +115,7 @@ def render(fields: dict[str, Any], limit: int = MAX_BYTES) -> bytes:
             holder[key] = _cut(text, cap)
         return len(_dumps(fields))
 
-    for droppable in (None, "result_uri", "timestamps", "durations"):
+    for droppable in (None, "runner", "result_uri", "timestamps", "durations"):
         if droppable is not None:
             fields[droppable] = None
         longest = max((len(t) for t in originals), default=0)
