@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -162,6 +163,7 @@ class Cluster:
         if endpoint := os.environ.get("ROLLOUT_STORAGE_CLUSTER_ENDPOINT") or self.settings.endpoint:
             self.storage["endpoint"] = endpoint
         self.log_path = tmp_path / "operator.log"
+        self.metrics_port = free_port()
         self.jobs: list[str] = []
         self.operator: subprocess.Popen[bytes] | None = None
 
@@ -185,7 +187,7 @@ class Cluster:
             **os.environ,
             "ROLLOUT_NAMESPACES": self.namespace,
             "ROLLOUT_PEERING": "",
-            "ROLLOUT_METRICS_PORT": str(free_port()),
+            "ROLLOUT_METRICS_PORT": str(self.metrics_port),
             "ROLLOUT_HEALTH_PORT": str(free_port()),
             "ROLLOUT_STATUS_INTERVAL_SEC": "1",
             **environ,
@@ -260,6 +262,15 @@ class Cluster:
             print(self.log_path.read_text())
             raise
 
+    def metric(self, name: str) -> float | None:
+        """A sample without labels from the operator's /metrics; None when it has none."""
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # this machine
+        with opener.open(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as page:
+            for line in page.read().decode().splitlines():
+                if line.startswith(f"{name} "):
+                    return float(line.split()[1])
+        return None
+
     def trial_dir(self, job: str, dataset: dict[str, str]) -> str:
         return trial_prefix(
             self.settings.prefix, job, "oracle", dataset["name"], "hello-offline", 1
@@ -303,6 +314,10 @@ def test_the_operator_runs_an_oracle_job_on_a_real_cluster(cluster: Cluster) -> 
     # The trial's Pod is gone once the trial ended (preserveEnv is off).
     pods = cluster.core.list_namespaced_pod(cluster.namespace, label_selector="rollout.dev/trial")
     assert [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp] == []
+    # The runner's times came through the kubelet's termination message to the operator's
+    # metrics (a runner image older than this test reports none).
+    assert cluster.metric("rollout_runner_startup_seconds_count") == 1
+    assert cluster.metric("rollout_runner_startup_exposed_seconds_count") == 1
 
 
 UNPULLABLE_IMAGE = "127.0.0.1:1/nothing:1"

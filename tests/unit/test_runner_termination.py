@@ -156,3 +156,17 @@ def test_the_runners_times_are_the_first_to_go_when_the_message_is_too_long() ->
     assert document["runner"] is None
     assert document["result_uri"] == uri
     assert document["error"]["message"] == "short"
+
+
+def test_a_newer_runners_message_is_read_whatever_it_adds() -> None:
+    """An operator older than the runner (a job's own runnerImage) still reads its outcome."""
+    document = json.loads(
+        render(
+            from_result(result_with(reward=1.0), result_uri=URI, upload_error=None, runner=RUNNER)
+        )
+    )
+    document["spans"] = {"upload_sec": 0.2}
+    document["runner"]["uploads_started_at"] = "2025-01-15T10:30:01Z"
+    message = TerminationMessage.model_validate_json(json.dumps(document))
+    assert message.reward == 1.0
+    assert message.runner == RUNNER

@@ -33,7 +33,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from rollout.api.base import ApiModel, FileModel
 from rollout.api.results import Timestamp, TrialDurations, TrialError, TrialResult, TrialTimestamps
@@ -45,6 +45,8 @@ TRUNCATED = "...[truncated]"
 
 class RunnerTimes(ApiModel):
     """When the runner did what its overhead is measured between (each null when unknown)."""
+
+    model_config = ConfigDict(extra="ignore")  # what a newer runner adds (see below)
 
     started_at: Timestamp | None = Field(None, description="The runner's process started.")
     trial_started_at: Timestamp | None = Field(
@@ -61,7 +63,13 @@ class RunnerTimes(ApiModel):
 
 
 class TerminationMessage(FileModel):
-    """The termination message's schema, for whoever reads it (the operator)."""
+    """The termination message's schema, for whoever reads it (the operator).
+
+    Keys it does not know are ignored, not refused: a runner may be newer than the operator
+    reading its message (a job's own runnerImage), and an unreadable message fails the trial.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     reward: float | None = None
     error: TrialError | None = None
