@@ -103,7 +103,7 @@ async def test_a_command_reaches_its_shell_as_written_whatever_its_length(
     assert (result.exit_code, result.stdout, result.stderr) == (0, text.encode(), b"")
 
 
-async def test_env_values_reach_the_command_and_the_env_file_is_gone(
+async def test_env_values_reach_the_command_and_the_env_file_is_emptied(
     env: ShimEnvironment, container: FakeContainer, caplog: pytest.LogCaptureFixture
 ) -> None:
     values = {
@@ -117,14 +117,14 @@ async def test_env_values_reach_the_command_and_the_env_file_is_gone(
     names = "API_KEY MULTI_LINE EMPTY UNICODE HOME"
     command = (
         f'for n in {names}; do eval "printf \'%s|\' \\"\\$$n\\""; done;'
-        " ls /rollout/req/*/env 2>/dev/null | wc -l"
+        " cat /rollout/req/*/env 2>/dev/null | wc -c"
     )
     result = await env.run(command, env=values, timeout_sec=10)
     assert result.exit_code == 0, result.stderr
     expected = "|".join(values[n] for n in names.split())
     printed, env_files = result.stdout.decode().rsplit("|", 1)
     assert printed == expected
-    assert env_files.strip() == "0"  # deleted before the command started
+    assert env_files.strip() == "0"  # emptied before the command started
     assert not list(container.control_dir.rglob("env"))
     assert "sk-secret" not in caplog.text
 

@@ -84,6 +84,13 @@ class ShimStats:
     """Answers found by the look every `ANSWER_CHECK_SEC`, before (or without) their line."""
 
 
+def _dir_made(quoted: str) -> str:
+    """sh that makes the directory `quoted` (a quoted path) unless it is one already: `mkdir -p`
+    is a process to start in the environment, under the task's CPU limit, and the directory is
+    often there (/tmp, or /installed-agent for the second script)."""
+    return f"{{ [ -d {quoted} ] || mkdir -p {quoted}; }}"
+
+
 class ShimNotReady(EnvironmentNotReady):
     """The shim did not write its ready file within the timeout."""
 
@@ -267,11 +274,11 @@ class ShimEnvironment(Environment):
             await asyncio.to_thread(give_to, staging, self._shim_owner())
             if is_dir:
                 copy = (
-                    f"mkdir -p {destination} && cp -RP {shlex.quote(source + '/.')} {destination}"
+                    f"{_dir_made(destination)} && cp -RP {shlex.quote(source + '/.')} {destination}"
                 )
             else:
                 parent = shlex.quote(str(PurePosixPath(container_path).parent))
-                copy = f"mkdir -p {parent} && cp -P {shlex.quote(source)} {destination}"
+                copy = f"{_dir_made(parent)} && cp -P {shlex.quote(source)} {destination}"
             if owner is not None:
                 copy += f" && chown -R {shlex.quote(owner)} {destination}"
             if prepare is not None:

@@ -34,9 +34,11 @@ Protocol (version `PROTOCOL_VERSION`; paths relative to the control directory):
     0.25 s when idle (every 1 s where `sleep` takes no fractions).
   `go` holds one line:
   - `run`: run the command in `cmd` with `/bin/sh -c`. Optional files: `env` (lines
-    `export NAME='value'`, mode 0600, deleted by the shim before the command starts; the values
-    travel in the command's environment as `_RS_ENV` and are applied after any user switch, so
-    `su` cannot reset them), `user` (run as this user with su/runuser/setpriv), `cwd` (default:
+    `export NAME='value'`, mode 0600; with a `user`, read and deleted by the shim, the values
+    travelling in the command's environment as `_RS_ENV` to be applied after the user switch, so
+    that `su` cannot reset them; without one, read by the shell that starts the command, which
+    empties it: either way before the command starts), `user` (run as this user with
+    su/runuser/setpriv), `cwd` (default:
     the container's working directory). stdin is /dev/null; stdout and stderr go to `out` and
     `err`. The command runs in a session of its own (`setsid`); its session id is written to
     `pid` as soon as it starts (in one write: an empty `pid` is not written yet). When the

@@ -3,7 +3,9 @@
 C=${1:-/rollout}; Q=$C/req; W=$PWD; H=
 mkdir -p "$Q" || exit 125
 S=; command -v setsid >/dev/null 2>&1 && S=setsid
-if sleep 0.05 2>/dev/null; then P=0.05 D=50 L=0.25; else P=1 D=1000 L=1; fi
+# Whether sleep takes fractions, asked of a sleep as short as it gets: the shim is not ready
+# until it knows, and each trial waits for that.
+if sleep 0.001 2>/dev/null; then P=0.05 D=50 L=0.25; else P=1 D=1000 L=1; fi
 U=; for u in su runuser setpriv; do command -v $u >/dev/null 2>&1 && { U=$u; break; }; done
 # The shim's own process group, and the shim with its ancestors: kill-all spares them.
 { read -r l </proc/$$/stat; } 2>/dev/null; set -- ${l##*) }; G=$3
@@ -11,8 +13,13 @@ X=" $$ "; p=$$
 while [ "${p:-0}" -gt 1 ] && { read -r l </proc/$p/stat; } 2>/dev/null; do
   set -- ${l##*) }; p=$2; X="$X$p "
 done
-# The command's shell: the env arrives in _RS_ENV (after any su), the command in $1.
+# The command's shell as another user: the env arrives in _RS_ENV (after any su), the command
+# in $1.
 I='e=$_RS_ENV; unset _RS_ENV; eval "$e"; exec /bin/sh -c "$1"'
+# As the shim's user: it reads the env file $1 itself, then empties it, the command in $2; the
+# shim starts no cat and no rm for it, and a shell of its own keeps the env's names (PATH, say)
+# from reaching the shim's variables.
+J='. "$1" || exit 126; { true >"$1"; } 2>/dev/null; exec /bin/sh -c "$2"'
 
 # rc last: version 3 in one write (an empty rc is not written yet), version 1 by a rename (its
 # presence means done). Then the request's id goes to the runner's FIFO $C/done, when it made
@@ -50,13 +57,17 @@ cmd_() {
 }
 
 run_() {
-  d=$1; w=$W; u=; e=; cmd_ "$d"
+  d=$1; w=$W; u=; e=; f=; cmd_ "$d"
   [ -f "$d/cwd" ] && IFS= read -r w <"$d/cwd"
   [ -f "$d/user" ] && read -r u <"$d/user"
-  [ -f "$d/env" ] && { e=$(cat "$d/env"); rm -f "$d/env"; }
+  if [ ! -f "$d/env" ]; then :
+  elif [ -n "$u" ]; then e=$(cat "$d/env"); rm -f "$d/env"
+  else f=$d/env; case $f in /*) ;; *) f=$PWD/$f ;; esac  # before the cd below
+  fi
   (
     cd "$w" || exit 126
-    case $u$e in "") exec $S /bin/sh -c "$c" ;; esac  # nothing to apply: one shell less
+    case $u$e$f in "") exec $S /bin/sh -c "$c" ;; esac  # nothing to apply: one shell less
+    [ -z "$f" ] || exec $S /bin/sh -c "$J" sh "$f" "$c"
     _RS_ENV=$e; export _RS_ENV
     case $u:$U in
       :*) exec $S /bin/sh -c "$I" sh "$c" ;;
