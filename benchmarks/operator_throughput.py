@@ -475,6 +475,7 @@ class WatchCounter:
         self.first: str | None = None
         self.count = 0
         self._stop = threading.Event()
+        self._stream: Any = None
         self._path = resource_path(PODS, kube.namespace)
         listed = kube.send("GET", self._path, params={"labelSelector": labels})
         self._version = str(listed["metadata"]["resourceVersion"])
@@ -500,7 +501,7 @@ class WatchCounter:
                     "timeoutSeconds": "10",
                     "allowWatchBookmarks": "true",
                 }
-                stream = self.kube.open_watch(self._path, params)
+                stream = self._stream = self.kube.open_watch(self._path, params)
                 try:
                     for line in stream:
                         if not line.strip():
@@ -532,6 +533,11 @@ class WatchCounter:
 
     def close(self) -> None:
         self._stop.set()
+        # Unblock the watch's read at once (urllib3 2.3 and later), not at its timeout.
+        shutdown = getattr(self._stream, "shutdown", None)
+        if shutdown is not None:
+            with contextlib.suppress(Exception):
+                shutdown()
 
 
 def pod_counter(kube: Any, labels: str, workdir: Path) -> PostCounter | WatchCounter:
