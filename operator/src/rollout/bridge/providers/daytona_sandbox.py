@@ -104,7 +104,7 @@ $S /bin/sh -c "$W" sh "$@" </dev/null >/dev/null 2>&1 &"""
 
 # $1: a run's directory, $2: the most ms to wait for its rc. Prints rc once it is there.
 POLL_SCRIPT = """[ -f "$1/rc" ] && { cat "$1/rc"; exit 0; }
-if sleep 0.05 2>/dev/null; then P=0.05 D=50; else P=1 D=1000; fi
+if sleep 0.001 2>/dev/null; then P=0.05 D=50; else P=1 D=1000; fi
 n=$(($2 / D))
 while [ ! -f "$1/rc" ] && [ $n -gt 0 ]; do sleep $P; n=$((n - 1)); done
 [ -f "$1/rc" ] && cat "$1/rc"

@@ -44,8 +44,9 @@ k=$!; echo $k >"$r/pid"
 wait $k; fin $?"""
 
 # Sets P, the pause between two looks at /proc, and D, that pause in ms: a fraction of a
-# second where sleep takes one (busybox's and GNU's do), else a second.
-_PACE = "if sleep 0.05 2>/dev/null; then P=0.05 D=50; else P=1 D=1000; fi"
+# second where sleep takes one (busybox's and GNU's do), else a second; asked of a 1 ms sleep,
+# as every kill pays for it.
+_PACE = "if sleep 0.001 2>/dev/null; then P=0.05 D=50; else P=1 D=1000; fi"
 
 # With G (the grace in ms) set and `pick` and `over` defined: TERM to what `pick` picks (T,
 # " pid pid "), its rounds until `over` or the grace ends, then up to 100 rounds of KILL; prints
