@@ -40,10 +40,17 @@ def new_bucket_name() -> str:
 
 def _accepts_connections(port: int) -> bool:
     try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
+        with socket.create_connection((HOST, port), timeout=0.5) as sock:
+            return not is_self_connection(sock)
     except OSError:
         return False
+
+
+def is_self_connection(sock: socket.socket) -> bool:
+    """Whether `sock` is connected to itself: with nothing listening on a loopback port, a
+    connect whose ephemeral port happens to be that same port meets itself (TCP's simultaneous
+    open) and succeeds, which is no server's answer."""
+    return bool(sock.getsockname() == sock.getpeername())
 
 
 class S3Server:
