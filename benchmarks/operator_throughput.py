@@ -68,7 +68,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -127,6 +126,7 @@ from kubeharness.resources import (  # noqa: E402
     ROLLOUT_JOBS,
     ROLLOUT_TRIALS,
 )
+from loopback import free_port  # noqa: E402
 from rollout.api.dataset import load_local_dataset  # noqa: E402
 from rollout.api.job import JobDataset  # noqa: E402
 from rollout.api.layout import dataset_manifest_key  # noqa: E402
@@ -165,12 +165,6 @@ class RecentFirstLog(list[Any]):
         size = len(self)
         for index in range(size - 1, max(size - self.WINDOW, 0) - 1, -1):
             yield self[index]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
