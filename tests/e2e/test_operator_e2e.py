@@ -35,6 +35,7 @@ import kubernetes.config
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from loopback import free_port
 from paths import REPO
@@ -266,10 +267,9 @@ class Cluster:
         """A sample without labels from the operator's /metrics; None when it has none."""
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # this machine
         with opener.open(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as page:
-            for line in page.read().decode().splitlines():
-                if line.startswith(f"{name} "):
-                    return float(line.split()[1])
-        return None
+            families = text_string_to_metric_families(page.read().decode())
+        samples = (sample for family in families for sample in family.samples)
+        return next((s.value for s in samples if s.name == name and not s.labels), None)
 
     def trial_dir(self, job: str, dataset: dict[str, str]) -> str:
         return trial_prefix(

@@ -268,7 +268,6 @@ def _run(argv: Sequence[str] | None, startup: CollectorPause) -> int:
                 started=startup.resume,
             )
         )
-        times = times.model_copy(update={"started_at": process_started})
     except Exception as err:
         log.exception("the runner failed")
         return _fail(
@@ -280,7 +279,7 @@ def _run(argv: Sequence[str] | None, startup: CollectorPause) -> int:
     finally:
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
-    times = times.model_copy(update={"ended_at": datetime.now(UTC)})
+    times = times.model_copy(update={"started_at": process_started, "ended_at": datetime.now(UTC)})
     termination_log.write(args.termination_log, report.termination_message(times))
     return EXIT_OK
 
