@@ -239,10 +239,11 @@ async def test_a_bridge_killed_mid_trial_ends_the_lost_sandbox_and_runs_the_tria
         try:
             await kube.create(ROLLOUT_JOBS, remote_job("killed", dataset, engine_address))
             await kube.wait_for(lambda: trial_running(kube, trial("killed", "a")), timeout=60)
+            # Running: a container whose start failed is removed, and the bridge makes another.
             [first] = await wait_explained(
                 kube,
-                lambda: _some(bridge_containers(test_engine, "killed-bridge")),
-                what="its container",
+                lambda: _running(bridge_containers(test_engine, "killed-bridge")),
+                what="its container running",
                 job="killed",
                 process=process,
             )
@@ -421,6 +422,10 @@ async def test_the_bridge_runs_as_the_charts_service_account_with_the_agents_key
 
 async def _some(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return rows or None
+
+
+async def _running(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    return [row for row in rows if row.get("State") == "running"] or None
 
 
 @pytest.mark.parametrize(
