@@ -262,7 +262,7 @@ async def test_a_bridge_killed_mid_trial_ends_the_lost_sandbox_and_runs_the_tria
     assert made["status"]["phase"] == "Succeeded"
     assert made["status"]["infraRetries"] == 1
     record = result_of(store, "killed", "a")
-    assert record.reward == 1.0
+    assert record.reward == 1.0, record.error
     assert record.rollout is not None
     assert record.rollout.tries == 2
     remaining = {c["Id"] for c in bridge_containers(test_engine, "killed-bridge")}
@@ -357,7 +357,7 @@ async def test_two_bridges_on_the_same_trials_run_each_trial_once(
         assert (kube.namespace, name) in ran.bridge.started
     for task in tasks:
         record = result_of(store, "twice", task)
-        assert record.reward == 1.0
+        assert record.reward == 1.0, record.error
         assert record.rollout is not None
         assert record.rollout.tries == 1
 
@@ -412,7 +412,7 @@ async def test_the_bridge_runs_as_the_charts_service_account_with_the_agents_key
     assert done is not None
     prefix = trial_prefix("", "keyed", "keyed", "set", "a", 1)
     record = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
-    assert record.reward == 1.0
+    assert record.reward == 1.0, record.error
     stdout = [k for k in store.list_keys(prefix) if k.endswith("stdout.txt")]
     assert stdout
     texts = [store.get_bytes(k).decode() for k in stdout]
