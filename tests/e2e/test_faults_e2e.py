@@ -514,6 +514,41 @@ def test_a_trial_pod_deleted_mid_run_is_retried_and_its_first_try_kept(faults: F
     assert (final["reward"], final["rollout"]["tries"]) == (1.0, 2)
 
 
+def test_a_trial_pod_deleted_while_the_operator_is_away_is_retried(faults: Faults) -> None:
+    """The Pod deleted in its runner's first seconds (before its trial says Running) with the
+    operator scaled to 0, and gone by the time it is back: the operator finds the try's files
+    in storage, so the trial is retried and the first try's files kept, as when it watched."""
+    name = faults.job("e2e-unseen", agents=[slow_agent(30)], maxInfraRetries=1)
+    trial = trial_resource_name(name, "slow", faults.dataset()["name"], TASK, 1)
+
+    def runner_running() -> bool:
+        pods = [pod for pod in faults.pods(name) if pod.metadata.name == trial]
+        statuses = (pods[0].status.container_statuses or []) if pods else []
+        return any(c.name == "runner" and c.state.running for c in statuses)
+
+    wait_until(runner_running, timeout=faults.timeout, what="the trial's runner running")
+    replicas = faults.operator_deployment().spec.replicas or 1
+    faults.scale_operator(0)
+    try:
+        faults.kill_operator()  # no graceful stop: as soon as can be, within the first 10 s
+        wait_until(faults.operator_gone, timeout=120, what="the operator scaled to 0")
+        faults.core.delete_namespaced_pod(trial, faults.namespace)  # with its grace period
+        wait_until(lambda: not faults.pods(name), timeout=120, what="the trial's Pod gone")
+    finally:
+        faults.scale_operator(replicas)
+    job = faults.completed(name)
+
+    assert job["status"]["counts"]["completed"] == 1
+    (made,) = faults.trials(name)
+    status = made["status"]
+    assert (status["phase"], status["reward"], status["infraRetries"]) == ("Succeeded", 1.0, 1)
+    prefix = faults.trial_dir(name, 1, "slow")
+    kept = json.loads(faults.store.get_bytes(prefix + "retries/1/result.json"))
+    assert "SIGTERM" in kept["error"]["message"]
+    final = json.loads(faults.store.get_bytes(prefix + "result.json"))
+    assert (final["reward"], final["rollout"]["tries"]) == (1.0, 2)
+
+
 def test_a_job_deleted_mid_run_leaves_nothing_within_60_s(faults: Faults) -> None:
     running = faults.job("e2e-doomed", agents=[slow_agent(50)], nAttempts=3)
     wait_until(lambda: len(faults.pods(running)) == 3, timeout=faults.timeout, what="3 Pods")

@@ -14,7 +14,9 @@ process, storage a real S3 endpoint), so that what is asserted is what a runner 
    files are kept under the trial's `retries/1/`, the second try's at the seed's paths. Also when
    the operator first sees the Pod once the stopped runner has reported (it was down, and the
    Pod stayed Terminating): the runner's internal_error is then the Pod's loss, not the trial's
-   outcome (it used to fail the trial: fixed in `controller.podstatus`).
+   outcome (it used to fail the trial: fixed in `controller.podstatus`). And when the Pod was
+   deleted before its trial said Running, and was gone by the time the operator came back: its
+   runner's files in storage say that it ran (`controller.trials.TryCheck`).
 
 The other faults, and where each is tested: test_faults.py's docstring.
 """
@@ -211,6 +213,54 @@ async def test_a_deleted_pod_still_terminating_when_the_operator_looks_is_retrie
                 lambda: _trial_ended(kube, trial), timeout=90, what="the trial ends"
             )
     assert (status["phase"], status.get("infraRetries")) == ("Succeeded", 1), status
+
+
+async def test_a_pod_deleted_unseen_before_its_trial_said_running_is_a_lost_try(
+    kube: Kube, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    """Deleted in its runner's first seconds (the trial's status not yet Running) while the
+    operator is down, the Pod is gone when the operator starts again: nothing in the API says
+    it was ever made, and it used to be made again as the same try over the first's files. Its
+    runner's files in storage say it ran (`controller.trials.TryCheck`): the trial is retried,
+    the first try's files kept under retries/1/."""
+    store = s3_settings.store()
+    dataset = publish_task(store, tmp_path)
+    await create_storage_secret(kube, s3_settings, SECRET)
+    config = operator_config(s3_settings, storage_credentials_secret=SECRET)
+    (trial,) = trial_names("unseen", dataset["name"], 1)
+    async with TrialPodKubelet(kube, kube.namespace, tmp_path / "kubelet") as kubelet:
+        async with kube.operator(memo=operator_memo(kube, config)) as operator:
+            await kube.create(ROLLOUT_JOBS, job_manifest("unseen", [dataset], maxInfraRetries=1))
+            await kube.wait_for(
+                lambda: agent_started(kubelet, trial), timeout=60, what="the agent running"
+            )
+            await operator.kill()
+        assert ((await kube.get(ROLLOUT_TRIALS, trial)).get("status") or {}).get("phase") in (
+            None,
+            "Pending",
+        )
+        await kube.delete(PODS, trial)
+        await kube.wait_for(lambda: _gone(kube, trial), timeout=60, what="the Pod gone")
+        async with kube.operator(memo=operator_memo(kube, config)):
+            status = await kube.wait_for(
+                lambda: _trial_ended(kube, trial), timeout=90, what="the trial ends"
+            )
+
+    assert (status["phase"], status.get("infraRetries")) == ("Succeeded", 1), status
+    assert status["podName"] == child_name(trial, "r1")
+    prefix = trial_prefix("", "unseen", "oracle", dataset["name"], "slow", 1)
+    kept = TrialResult.from_json(store.get_bytes(prefix + "retries/1/result.json"))
+    assert kept.error is not None
+    assert "SIGTERM" in kept.error.message
+    assert store.exists(prefix + "retries/1/logs/agent/started")
+    final = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
+    assert (final.reward, final.error) == (1.0, None)
+    assert final.rollout is not None
+    assert final.rollout.tries == 2
+
+
+async def _gone(kube: Kube, pod: str) -> bool:
+    return await kube.find(PODS, pod) is None
 
 
 async def _trial_ended(kube: Kube, name: str) -> dict[str, Any] | None:

@@ -280,3 +280,25 @@ async def test_a_secrets_string_data_is_stored_as_data_and_never_read_back(kube:
     stored = await kube.get("v1/secrets", "mixed")
     assert "stringData" not in stored
     assert stored["data"] == {"kept": "a2VwdA==", "plain": "dGV4dCB2YWx1ZQ=="}
+
+
+async def test_a_uid_in_a_patch_is_a_precondition(kube: Kube, http: aiohttp.ClientSession) -> None:
+    """An object's UID is immutable (ValidateObjectMetaUpdate): a patch that names another UID
+    is refused, which makes it a precondition on the object patched (the test kubelet's patches
+    use it, so that a Pod made again under a name is another Pod to them, as to a kubelet)."""
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    got, made = await answer(
+        http, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "u"}}
+    )
+    assert got == 201, made
+    uid = made["metadata"]["uid"]
+    headers = {"Content-Type": "application/merge-patch+json"}
+    same = {"metadata": {"uid": uid, "labels": {"a": "b"}}}
+    async with http.patch(f"{path}/u", data=json.dumps(same), headers=headers) as response:
+        assert response.status == 200, await response.text()
+    other = {"metadata": {"uid": "0b6c6a64-0000-4000-8000-000000000000", "labels": {"a": "c"}}}
+    async with http.patch(f"{path}/u", data=json.dumps(other), headers=headers) as response:
+        body = await response.json()
+    assert response.status in (409, 422), body  # 422 field is immutable, as kube-apiserver says
+    assert "uid" in message(body).lower(), body
+    assert (await kube.get("v1/configmaps", "u"))["metadata"]["labels"] == {"a": "b"}

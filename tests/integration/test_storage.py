@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -364,6 +365,22 @@ def test_list_keys_pages_and_delete_prefix_keeps_siblings(s3_settings: S3Setting
     assert store.list_keys("") == sorted(kept)
     with pytest.raises(ValueError, match="non-empty"):
         store.delete_prefix("/")
+
+
+def test_list_modified_says_when_each_object_was_written(s3_settings: S3Settings) -> None:
+    store = s3_settings.store()
+    before = datetime.now(UTC).replace(microsecond=0)
+    keys = [f"jobs/j1/t{i}/result.json" for i in range(3)]
+    for key in keys:
+        store.put_bytes(key, b"x")
+    store.put_bytes("jobs/j10/result.json", b"x")
+    after = datetime.now(UTC)
+
+    written = store.list_modified("jobs/j1/", page_size=2)
+    assert sorted(written) == keys
+    assert store.stats.attempts["list_keys"] == 2
+    for when in written.values():
+        assert before - timedelta(seconds=1) <= when <= after + timedelta(seconds=1)
 
 
 # Retries against a real endpoint that goes away.

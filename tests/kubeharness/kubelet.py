@@ -336,8 +336,9 @@ class TrialPodKubelet:
     stopped as the kubelet stops it: SIGTERM to its containers, `grace` seconds, SIGKILL; its
     end is reported and only then is it let go, `linger` seconds later (a kubelet still
     unmounting a Pod's volumes keeps it Terminating with its containers ended). `outcomes` maps
-    Pod names to their `PodOutcome`; `workdir/<pod>` keeps each Pod's files (the runner's
-    stderr among them).
+    Pod names to their `PodOutcome` (a later Pod of the same name, a new UID, is run too, as a
+    kubelet runs it: its outcome replaces the earlier's); `workdir/<pod>` keeps each Pod's files
+    (the runner's stderr among them; `<pod>.<uid>` for a later Pod of the name).
     Use as `async with TrialPodKubelet(kube, kube.namespace, tmp_path / "kubelet") as kubelet:`.
     """
 
@@ -358,7 +359,8 @@ class TrialPodKubelet:
         self.linger = linger
         self.poll = poll
         self.outcomes: dict[str, PodOutcome] = {}
-        self._runs: dict[str, tuple[asyncio.Task[None], threading.Event]] = {}
+        self._runs: dict[str, tuple[str, asyncio.Task[None], threading.Event]] = {}
+        """By Pod UID: the Pod's name, its run, and what stops it."""
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
 
@@ -372,16 +374,16 @@ class TrialPodKubelet:
         self._loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._loop_task
-        for _task, stop in self._runs.values():
+        for _name, _task, stop in self._runs.values():
             stop.set()
         failures = []
-        for name, (task, _stop) in self._runs.items():
+        for uid, (name, task, _stop) in self._runs.items():
             with contextlib.suppress(asyncio.CancelledError):
                 try:
                     await task
                 except Exception as err:  # reported below, once every Pod is let go
                     failures.append(f"{name}: {type(err).__name__}: {err}")
-            await self._release(name)
+            await self._release(name, uid)
         if failures and exc[0] is None:
             raise AssertionError("the kubelet failed to run Pods:\n" + "\n".join(failures))
 
@@ -392,65 +394,76 @@ class TrialPodKubelet:
 
     async def _step(self) -> None:
         pods = await self.kube.list(PODS, self.namespace, labels="rollout.dev/trial")
-        present = {pod["metadata"]["name"]: pod for pod in pods}
-        for name, pod in present.items():
+        # A kubelet knows Pods by UID: one made again under a name is another Pod.
+        present = {pod["metadata"]["uid"]: pod for pod in pods}
+        for uid, pod in present.items():
+            name = pod["metadata"]["name"]
             deleting = bool(pod["metadata"].get("deletionTimestamp"))
-            if name not in self._runs:
-                if not deleting and await self._hold(name):
+            if uid not in self._runs:
+                if not deleting and await self._hold(name, uid):
                     stop = threading.Event()
-                    self._runs[name] = (asyncio.create_task(self._run(name, stop)), stop)
+                    task = asyncio.create_task(self._run(name, uid, stop))
+                    self._runs[uid] = (name, task, stop)
                 elif deleting:
-                    await self._release(name)
+                    await self._release(name, uid)
                 continue
-            task, stop = self._runs[name]
+            _name, task, stop = self._runs[uid]
             if deleting:
                 if task.done():
-                    await self._release(name)
+                    await self._release(name, uid)
                 else:
                     stop.set()
-        for name, (_task, stop) in self._runs.items():
-            if name not in present:
+        for uid, (_name, _task, stop) in self._runs.items():
+            if uid not in present:
                 stop.set()  # gone without the kubelet's consent (a force deletion)
 
-    async def _hold(self, name: str) -> bool:
+    async def _hold(self, name: str, uid: str) -> bool:
         try:
             await self.kube.patch(
                 PODS,
                 name,
-                {"metadata": {"finalizers": [KUBELET_FINALIZER]}},
+                # The UID as a precondition: the Pod seen, not a later one of its name.
+                {"metadata": {"uid": uid, "finalizers": [KUBELET_FINALIZER]}},
                 self.namespace,
             )
         except Exception:
-            if await self.kube.find(PODS, name, self.namespace) is None:
-                return False
+            pod = await self.kube.find(PODS, name, self.namespace)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return False  # gone, or another Pod of its name already
             raise
         return True
 
-    async def _release(self, name: str) -> None:
+    async def _release(self, name: str, uid: str) -> None:
         pod = await self.kube.find(PODS, name, self.namespace)
-        if pod is None or KUBELET_FINALIZER not in (pod["metadata"].get("finalizers") or []):
+        if pod is None or pod["metadata"]["uid"] != uid:
+            return
+        if KUBELET_FINALIZER not in (pod["metadata"].get("finalizers") or []):
             return
         rest = [f for f in pod["metadata"]["finalizers"] if f != KUBELET_FINALIZER]
         with contextlib.suppress(Exception):  # gone meanwhile
             await self.kube.patch(
-                PODS, name, {"metadata": {"finalizers": rest or None}}, self.namespace
+                PODS, name, {"metadata": {"uid": uid, "finalizers": rest or None}}, self.namespace
             )
 
-    async def _run(self, name: str, stop: threading.Event) -> None:
+    async def _run(self, name: str, uid: str, stop: threading.Event) -> None:
         pod = await self.kube.get(PODS, name, self.namespace)
+        workdir = self.workdir / name
+        if workdir.exists():  # an earlier Pod of this name ran there
+            workdir = self.workdir / f"{name}.{uid}"
         alone = ENVIRONMENT not in containers_of(pod)
         started = {RUNNER: running()} if alone else {ENVIRONMENT: running(), RUNNER: running()}
         await self.kube.set_pod_status(name, self.namespace, containers=started)
-        runner = PodRunner(pod, await secrets_of(self.kube, self.namespace), self.workdir / name)
+        runner = PodRunner(pod, await secrets_of(self.kube, self.namespace), workdir)
         outcome = await asyncio.to_thread(runner.run, stop=stop, grace=self.grace)
         self.outcomes[name] = outcome
         code = outcome.environment_exit_code
         ended = {RUNNER: terminated(outcome.exit_code, message=outcome.message or None)}
         if not alone:
             ended[ENVIRONMENT] = running() if code is None else terminated(code)
-        if await self.kube.find(PODS, name, self.namespace) is not None:
+        current = await self.kube.find(PODS, name, self.namespace)
+        if current is not None and current["metadata"]["uid"] == uid:
             await self.kube.set_pod_status(name, self.namespace, containers=ended)
         if stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), self.linger)
-            await self._release(name)
+            await self._release(name, uid)

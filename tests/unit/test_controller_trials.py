@@ -34,6 +34,7 @@ from rollout.controller.trials import (
     Nothing,
     PatchStatus,
     RetryPod,
+    TryCheck,
     act,
     decide,
     trial_manifest,
@@ -144,9 +145,9 @@ def finished_pod(message: dict[str, Any]) -> PodEntry:
 
 
 def test_a_trial_without_a_pod_gets_one() -> None:
-    assert decide(
-        TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
-    ) == CreatePod("t1", 0)
+    first = decide(TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
+    assert isinstance(first, CreatePod)
+    assert replace(first, check=None) == CreatePod("t1", 0)
     retried = replace(TRIAL, infra_retries=1, pod_name="t1-r1")
     again = decide(retried, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
     assert isinstance(again, CreatePod)
@@ -155,6 +156,55 @@ def test_a_trial_without_a_pod_gets_one() -> None:
     assert decide(
         TRIAL, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2, pod_requested=True
     ) == (Nothing())
+
+
+def test_a_pod_made_outside_the_trials_creation_first_checks_whether_its_try_ran() -> None:
+    """Nothing in the API tells a Pod never made from one made and deleted unseen before the
+    trial said Running: the Pod is made only once storage says the try did not run; if it did,
+    the check's action is the lost Pod's retry (or the trial's failure past its budget)."""
+    made = replace(TRIAL, created_at=NOW - timedelta(seconds=3))
+    first = decide(made, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
+    assert isinstance(first, CreatePod)
+    check = first.check
+    assert isinstance(check, TryCheck)
+    assert (check.prefix, check.try_number, check.since) == (
+        PLACE.prefix(TRIAL.key),
+        1,
+        made.created_at,
+    )
+    assert isinstance(check.if_ran, RetryPod)
+    assert (check.if_ran.retry, check.if_ran.old_pod) == (1, None)
+    assert check.if_ran.status["infraRetries"] == 1
+    (condition,) = check.if_ran.status["conditions"]
+    assert "deleted while the operator was not watching" in condition["message"]
+
+    # A retry's Pod: its own result.json would say so (`since` unset), try 1 + 1 retry.
+    retried = replace(made, infra_retries=1, pod_name="t1-r1")
+    again = decide(retried, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
+    assert isinstance(again, CreatePod)
+    assert again.check is not None
+    assert (again.check.try_number, again.check.since) == (2, None)
+    assert isinstance(again.check.if_ran, RetryPod)
+    assert again.check.if_ran.retry == 2
+
+    # Past the budget, the lost try fails the trial (its record written first).
+    spent = replace(made, infra_retries=2, pod_name="t1-r2")
+    last = decide(spent, None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2)
+    assert isinstance(last, CreatePod)
+    assert last.check is not None
+    failed = last.check.if_ran
+    assert isinstance(failed, PatchStatus)
+    assert failed.final
+    assert failed.status["phase"] == "Failed"
+    assert failed.record is not None
+    assert failed.delete_pod is None
+
+    # A shard's rows are kept or run again row by row: no check.
+    shard = decide(
+        replace(made, shard=True), None, now=NOW, config=CONFIG, place=PLACE, max_infra_retries=2
+    )
+    assert isinstance(shard, CreatePod)
+    assert shard.check is None
 
 
 def test_a_missing_pod_of_a_running_trial_was_lost() -> None:
@@ -400,9 +450,12 @@ def test_a_trial_waits_for_its_image_and_says_so_once() -> None:
 
 def test_a_ready_image_gives_the_trial_its_pod_pinned_with_setup_from_the_trials_creation() -> None:
     action = decide_waiter(WAITER, image(phase=ImagePhase.READY, digest=DIGEST))
-    assert action == CreatePod(
+    assert isinstance(action, CreatePod)
+    assert replace(action, check=None) == CreatePod(
         "t1", 0, image="localhost:5001/rollout-env@" + DIGEST, setup_since=CREATED
     )
+    assert action.check is not None
+    assert action.check.since == CREATED  # its first Pod: any file since the trial was made
 
 
 @pytest.mark.parametrize(

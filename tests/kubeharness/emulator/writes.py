@@ -317,6 +317,12 @@ class ObjectWrites:
         if not isinstance(meta, dict):
             raise invalid("metadata: Required value")
         old_meta = current["metadata"]
+        new_uid = meta.get("uid")
+        if new_uid and new_uid != old_meta.get("uid"):
+            # kube-apiserver's ValidateObjectMetaUpdate: the UID is immutable, which makes a UID
+            # in a patch a precondition (the garbage collector's and kubelets' patches use it).
+            error = f'metadata.uid: Invalid value: "{new_uid}": field is immutable'
+            raise invalid(invalid_message(current["kind"], key[0].group or "", key[2], [error]))
         for field in (
             "name", "namespace", "uid", "creationTimestamp", "generation", "resourceVersion",
             "deletionTimestamp", "deletionGracePeriodSeconds",

@@ -13,6 +13,8 @@ Storage comes before the API where a trial's files are concerned: the records th
 for trials whose runner could not (`records`) are written before the status patches that finish
 those trials and say where they are, several at once; a lost try's files are moved under
 `retries/<k>/` before the retry's Pod is created. A storage error stops the pass like any other.
+Storage is also read where the API cannot say: whether a trial's try ran already, its Pod lost
+while nobody watched (`trials.TryCheck`), before a Pod is made for it.
 
 It decides nothing a decision could decide beforehand; what it does depends on a write's answer
 only where the decision cannot know it:
@@ -72,7 +74,13 @@ from rollout.controller.resume import plan_resume, read_earlier_files
 from rollout.controller.runtime import Runtime
 from rollout.controller.shards import finish_rows, keep_row_tries, shard_error, shard_items
 from rollout.controller.status import status_patch
-from rollout.controller.trial_files import copy_build_log, keep_try, set_cost, write_record
+from rollout.controller.trial_files import (
+    copy_build_log,
+    keep_try,
+    set_cost,
+    try_ran,
+    write_record,
+)
 from rollout.controller.trials import (
     CreatePod,
     DeletePod,
@@ -419,10 +427,18 @@ class JobExecutor:
         """Carry out one trial's step; True when the trial was written."""
         name = trial.name
         match step:
-            case CreatePod(pod_name=pod_name, retry=retry, keep=keep):
+            case CreatePod(pod_name=pod_name, retry=retry, keep=keep, check=check):
                 body = await self.api.get_trial(self.namespace, name)
                 if body is None:
                     return False
+                if check is not None and await asyncio.to_thread(
+                    try_ran, self.runtime.stores.for_spec(check.storage), check
+                ):
+                    # Its Pod was made and lost while nobody watched: its files say so.
+                    log.info("%s: trial %s ran before, its Pod gone", self.where, name)
+                    if isinstance(check.if_ran, PatchStatus):
+                        await self.write_records([check.if_ran.record])
+                    return await self._trial_step(trial, check.if_ran, place, now)
                 if keep is not None:
                     # The lost try's files move first; interrupted, the next look moves the
                     # rest (the new Pod does not exist yet, so nothing of it is moved). A

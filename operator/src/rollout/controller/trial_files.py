@@ -1,7 +1,8 @@
 """What the operator writes under a trial's prefix in storage: its record when the runner could
 not write one (`records`), the trial's cost in the record its runner wrote, and the files of a
 lost try, kept under `retries/<k>/`; and beside the job, the log of a failed image build its
-trials waited for (`jobs/<job>/builds/`).
+trials waited for (`jobs/<job>/builds/`). And what it reads there: whether a try whose Pod went
+unseen ran (`try_ran`).
 
 Blocking (boto3): the executor calls these in a thread. Both are safe to repeat, which is what
 makes them safe across operator restarts: a record is written only where storage has none
@@ -13,12 +14,13 @@ nothing left to move.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from rollout.api.errors import InvalidInput
-from rollout.api.layout import RETRIES_DIR, parse_s3_uri
+from rollout.api.layout import RESULT_JSON, RETRIES_DIR, parse_s3_uri
 from rollout.api.results import TrialResult
 from rollout.controller.records import OperatorRecord, RecordCost
-from rollout.controller.trials import CopyBuildLog, KeepTry
+from rollout.controller.trials import CopyBuildLog, KeepTry, TryCheck
 from rollout.storage import ObjectNotFound, ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,28 @@ def keep_try(store: ObjectStore, keep: KeepTry) -> None:
     store.delete_keys(keys, keep.prefix)
     if keys:
         log.info("kept %d files of try %d under %s", len(keys), keep.number, keep.destination)
+
+
+CLOCK_MARGIN = timedelta(seconds=5)
+"""How far storage's clock may be behind the API server's when a file's time is compared with
+a trial's creation (`try_ran`)."""
+
+
+def try_ran(store: ObjectStore, check: TryCheck) -> bool:
+    """Whether the trial's current try ran already, by its files in storage (`TryCheck`)."""
+    if check.since is not None:
+        earlier = f"{check.prefix}{RETRIES_DIR}/"
+        since = check.since - CLOCK_MARGIN
+        written = store.list_modified(check.prefix)
+        return any(when >= since for key, when in written.items() if not key.startswith(earlier))
+    try:
+        record = TrialResult.from_json(store.get_bytes(check.prefix + RESULT_JSON))
+    except ObjectNotFound:
+        return False
+    except InvalidInput as err:
+        log.warning("%s cannot be read: %s", store.uri(check.prefix + RESULT_JSON), err)
+        return False
+    return record.rollout is not None and record.rollout.tries == check.try_number
 
 
 def copy_build_log(store: ObjectStore, copy: CopyBuildLog) -> None:

@@ -158,6 +158,8 @@ class CreatePod:
     keep: KeepTry | None = None
     image: str | None = None
     setup_since: datetime | None = None
+    check: TryCheck | None = None
+    """Whether this try ran already, its Pod gone unseen: then `check.if_ran`, not a Pod."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,30 @@ class RetryPod:
     retry: int
 
 
+@dataclass(frozen=True)
+class TryCheck:
+    """A Pod about to be made for a trial whose try may have run already: its Pod made, then
+    deleted while the operator was not watching (stopped, or its watch away long enough to list
+    again), before the trial's status said Running (`running_status_after_sec`). Neither the
+    trial nor the API remembers that Pod then; storage does, when its runner wrote anything
+    (a stopped runner writes its result.json and uploads what it has):
+
+    - a trial's first Pod (`since` set): any file at the trial's own paths written since the
+      trial was made (less `trial_files.CLOCK_MARGIN`: storage's clock is not the API's);
+      files of an earlier job of the same name are older;
+    - a retry's Pod: a result.json there saying it is this try (`try_number`); files without
+      one are the try before's, still to be kept under `retries/` (`KeepTry`).
+
+    When it ran, the executor does `if_ran` instead of making the Pod: the lost Pod's retry
+    (its files are kept by the retry's `KeepTry`), or the trial's failure past its budget."""
+
+    storage: StorageSpec
+    prefix: str
+    try_number: int
+    since: datetime | None
+    if_ran: RetryPod | PatchStatus
+
+
 TrialAction = Nothing | CreatePod | DeletePod | PatchStatus | RetryPod
 
 
@@ -250,11 +276,34 @@ def decide(
         if pod_requested:
             return Nothing()
         if trial.phase != TrialPhase.RUNNING and not pod_deleted:
+            action: TrialAction
             if trial.image_build is None:
-                return _create_pod(trial, previous_pod, place, now)
-            return _when_image_ready(
-                trial, image, previous_pod, place, now, config.unit_prices, stale_before
-            )
+                action = _create_pod(trial, previous_pod, place, now)
+            else:
+                action = _when_image_ready(
+                    trial, image, previous_pod, place, now, config.unit_prices, stale_before
+                )
+            if isinstance(action, CreatePod) and not trial.shard:
+                # A shard's rows are kept or run again row by row (`shards`): no check.
+                lost = act(
+                    trial,
+                    None,
+                    Lost(UNSEEN_LOSS),
+                    now=now,
+                    place=place,
+                    prices=config.unit_prices,
+                    max_infra_retries=max_infra_retries,
+                )
+                assert isinstance(lost, RetryPod | PatchStatus)
+                check = TryCheck(
+                    place.storage,
+                    place.prefix(trial.key),
+                    trial.tries,
+                    trial.created_at if action.retry == 0 else None,
+                    lost,
+                )
+                return replace(action, check=check)
+            return action
         verdict: PodVerdict = classify_missing_pod()
     else:
         verdict = classify_pod(pod.body, now=now, config=config)
@@ -369,6 +418,12 @@ def act(
             )
     raise AssertionError(f"unknown verdict {verdict!r}")  # pragma: no cover
 
+
+UNSEEN_LOSS = (
+    "The trial's Pod no longer exists: it was deleted while the operator was not watching, "
+    "after its runner had written files."
+)
+"""The loss a `TryCheck` finds."""
 
 OLD_RUNNER_MARGIN_SEC = 15.0
 """How long past its Pod's deletion time a lost try's runner is still waited for."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import mimetypes
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -259,13 +260,20 @@ class ObjectStore:
 
         Listed `page_size` keys per request (S3 returns at most 1000), each page retried alone.
         """
-        keys: list[str] = []
+        return [str(item["Key"]) for item in self._listing(prefix, page_size)]
+
+    def list_modified(self, prefix: str, page_size: int = 1000) -> dict[str, datetime]:
+        """Every key that starts with `prefix`, with when it was last written (the store's
+        clock, to the second; timezone-aware), listed as `list_keys` lists."""
+        return {str(item["Key"]): item["LastModified"] for item in self._listing(prefix, page_size)}
+
+    def _listing(self, prefix: str, page_size: int) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
             page = self._list_page(prefix, token, page_size)
-            keys.extend(str(item["Key"]) for item in page.get("Contents", []))
+            yield from page.get("Contents", [])
             if not page.get("IsTruncated"):
-                return keys
+                return
             token = str(page["NextContinuationToken"])
 
     def _list_page(self, prefix: str, token: str | None, page_size: int) -> dict[str, Any]:
