@@ -500,18 +500,7 @@ def test_a_trial_pod_deleted_mid_run_is_retried_and_its_first_try_kept(faults: F
     wait_until(running, timeout=faults.timeout, what="the trial running")
     time.sleep(10)  # well into the agent's 30 s (the deletion's timing, not a synchronisation)
     faults.core.delete_namespaced_pod(trial, faults.namespace)  # with its grace period
-    job = faults.completed(name)
-
-    assert job["status"]["counts"]["completed"] == 1
-    (made,) = faults.trials(name)
-    status = made["status"]
-    assert (status["phase"], status["reward"], status["infraRetries"]) == ("Succeeded", 1.0, 1)
-    prefix = faults.trial_dir(name, 1, "slow")
-    kept = json.loads(faults.store.get_bytes(prefix + "retries/1/result.json"))
-    assert kept["error"]["type"] == "internal_error"
-    assert "SIGTERM" in kept["error"]["message"]
-    final = json.loads(faults.store.get_bytes(prefix + "result.json"))
-    assert (final["reward"], final["rollout"]["tries"]) == (1.0, 2)
+    retried_with_its_first_try_kept(faults, name)
 
 
 def test_a_trial_pod_deleted_while_the_operator_is_away_is_retried(faults: Faults) -> None:
@@ -536,14 +525,20 @@ def test_a_trial_pod_deleted_while_the_operator_is_away_is_retried(faults: Fault
         wait_until(lambda: not faults.pods(name), timeout=120, what="the trial's Pod gone")
     finally:
         faults.scale_operator(replicas)
-    job = faults.completed(name)
+    retried_with_its_first_try_kept(faults, name)
 
+
+def retried_with_its_first_try_kept(faults: Faults, name: str) -> None:
+    """The job of one slow trial whose first Pod was deleted completes: the trial succeeded in
+    its retry, the stopped first try's files are under retries/1/, the second's in place."""
+    job = faults.completed(name)
     assert job["status"]["counts"]["completed"] == 1
     (made,) = faults.trials(name)
     status = made["status"]
     assert (status["phase"], status["reward"], status["infraRetries"]) == ("Succeeded", 1.0, 1)
     prefix = faults.trial_dir(name, 1, "slow")
     kept = json.loads(faults.store.get_bytes(prefix + "retries/1/result.json"))
+    assert kept["error"]["type"] == "internal_error"
     assert "SIGTERM" in kept["error"]["message"]
     final = json.loads(faults.store.get_bytes(prefix + "result.json"))
     assert (final["reward"], final["rollout"]["tries"]) == (1.0, 2)
