@@ -151,6 +151,21 @@ def _answers(path: Path) -> bool:
     return True
 
 
+def _run_once(client: docker.DockerClient, image: str) -> None:
+    """Run `true` in the image and remove it. Not `containers.run`: it reads the container's
+    logs, which Podman's API service now and then never answers for a container that exited
+    at once (seen here: the read timed out after 60 s, and every engine test errored)."""
+    container = client.containers.create(image, ["true"])
+    try:
+        container.start()
+        status = container.wait(timeout=60)["StatusCode"]
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            container.remove(force=True)
+    if status != 0:
+        raise docker.errors.DockerException(f"`true` exited with {status} in {image}")
+
+
 @contextlib.contextmanager
 def engine_under_test(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineUnderTest]:
     """A reachable engine with the test image in it, or a skip that says why there is none
@@ -173,7 +188,7 @@ def engine_under_test(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engi
             )
             # Podman 4 tags an import :latest whatever the tag asked: tag its id as well.
             client.api.tag(re.findall(r"sha256:[0-9a-f]{64}", answer)[-1], repository, tag)
-            client.containers.run(image, ["true"], remove=True)
+            _run_once(client, image)
         except docker.errors.DockerException as err:
             pytest.skip(f"the engine at {environ.get('DOCKER_HOST')} cannot run a container: {err}")
         under_test = EngineUnderTest(environ, image)

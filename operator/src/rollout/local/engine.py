@@ -32,7 +32,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,14 @@ from urllib.parse import urlsplit
 import docker
 import docker.errors
 import docker.types
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+from tenacity.wait import wait_base
 
 from rollout.api.errors import ErrorType
 from rollout.api.names import LABEL_COMPONENT
@@ -201,19 +209,14 @@ class Engine:
         return EngineSandbox(self.client, container_id, name, paths, base)
 
     def _create_and_start(self, request: dict[str, Any]) -> str:
-        container = None
         try:
-            container = self.client.containers.create(**request)
-            container.start()
+            return create_and_start(self.client, request)
         except (docker.errors.DockerException, OSError) as err:
-            if container is not None:
-                _remove_quietly(self.client, container.id)
             raise SandboxStartFailed(
                 f"the container of image {request['image']} did not start: "
                 f"{engine_error_text(err)}",
                 ErrorType.ENVIRONMENT_START_FAILED,
             ) from None
-        return str(container.id)
 
     async def close(self) -> None:
         """Close the connection (containers are closed by their sandboxes)."""
@@ -221,6 +224,66 @@ class Engine:
 
 
 # --- The container ----------------------------------------------------------------------------
+
+START_TRIES = 3
+"""How many times a trial's container is made and started when the engine fails at it for a
+reason of its own (`engine_fault`), as a kubelet starts a Pod's container again: Podman under
+load, for one, answers a start with a 500 now and then (its OCI runtime's `write |1: broken
+pipe`), and the next start succeeds."""
+START_RETRY_WAIT = wait_exponential(multiplier=0.5, max=2)
+"""Between tries: 0.5 s, then 1 s."""
+
+
+def engine_fault(err: BaseException) -> bool:
+    """Whether the engine failed for a reason of its own, which another try may not meet: a 5xx
+    answer, or the connection to it failing. Its refusals (4xx: no such image, a bad request, a
+    name in use) are final."""
+    if isinstance(err, docker.errors.APIError):
+        return bool(err.is_server_error())
+    return isinstance(err, OSError)  # requests' connection errors and timeouts among them
+
+
+def create_and_start(
+    client: docker.DockerClient,
+    request: dict[str, Any],
+    prepare: Callable[[str], None] | None = None,
+    *,
+    wait: wait_base = START_RETRY_WAIT,
+) -> str:
+    """Make the container `request` describes (docker-py's `containers.create` arguments), let
+    `prepare` do what must be done before it starts (given its id), start it, and return its id.
+    A container that did not start is removed; an engine fault is tried again, `START_TRIES`
+    times in all. Raises the engine's refusal, or its last fault (DockerException, OSError)."""
+
+    def once() -> str:
+        container = None
+        try:
+            container = client.containers.create(**request)
+            if prepare is not None:
+                prepare(str(container.id))
+            container.start()
+        except BaseException:
+            if container is not None:
+                _remove_quietly(client, container.id)
+            raise
+        return str(container.id)
+
+    def tell(state: RetryCallState) -> None:
+        failed = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "the container of image %s did not start (%s); trying again",
+            request.get("image"),
+            engine_error_text(failed) if failed else "?",
+        )
+
+    retrying = Retrying(
+        stop=stop_after_attempt(START_TRIES),
+        wait=wait,
+        retry=retry_if_exception(engine_fault),
+        before_sleep=tell,
+        reraise=True,
+    )
+    return retrying(once)
 
 
 def container_name(spec: RolloutTrialSpec) -> str:

@@ -49,7 +49,7 @@ from rollout.bridge.providers.docker_sandbox import (
     remove_container,
     skeleton,
 )
-from rollout.local.engine import ENGINE_TIMEOUT_SEC, container_settings
+from rollout.local.engine import ENGINE_TIMEOUT_SEC, container_settings, create_and_start
 from rollout.local.engine_images import ImageCache, engine_error_text
 from rollout.local.sandbox import SandboxStartFailed
 
@@ -237,21 +237,17 @@ class DockerProvider(Provider):
         return images
 
     def _create_and_start(self, create: dict[str, Any]) -> str:
-        container = None
+        def prepare(container_id: str) -> None:
+            self.client.api.put_archive(container_id, "/", skeleton())
+
         try:
-            container = self.client.containers.create(**create)
-            self.client.api.put_archive(container.id, "/", skeleton())
-            container.start()
+            return create_and_start(self.client, create, prepare)
         except (docker.errors.DockerException, OSError) as err:
-            if container is not None:
-                with contextlib.suppress(docker.errors.DockerException, OSError):
-                    remove_container(self.client, container.id)
             raise ProviderError(
                 f"the container of image {create['image']} did not start on {self.address}: "
                 f"{engine_error_text(err)}",
                 start_error_type(err),
             ) from None
-        return str(container.id)
 
     async def owned(self, bridge: str) -> list[OwnedSandbox]:
         filters = {
