@@ -284,6 +284,20 @@ class Faults:
     def trial_dir(self, job: str, attempt: int, agent: str = "oracle") -> str:
         return trial_prefix(self.settings.prefix, job, agent, self.dataset()["name"], TASK, attempt)
 
+    def slow_trial_running(self, prefix: str) -> tuple[str, str]:
+        """A job of one trial whose agent takes 30 s, once its Pod shows its runner running:
+        the job's name and the trial's (its first Pod's)."""
+        name = self.job(prefix, agents=[slow_agent(30)], maxInfraRetries=1)
+        trial = trial_resource_name(name, "slow", self.dataset()["name"], TASK, 1)
+
+        def runner_running() -> bool:
+            pods = [pod for pod in self.pods(name) if pod.metadata.name == trial]
+            statuses = (pods[0].status.container_statuses or []) if pods else []
+            return any(c.name == "runner" and c.state.running for c in statuses)
+
+        wait_until(runner_running, timeout=self.timeout, what="the trial's runner running")
+        return name, trial
+
     def nothing_left(self, job: str) -> bool:
         return self.get_job(job) is None and not self.trials(job) and not self.pods(job)
 
@@ -507,15 +521,7 @@ def test_a_trial_pod_deleted_while_the_operator_is_away_is_retried(faults: Fault
     """The Pod deleted in its runner's first seconds (before its trial says Running) with the
     operator scaled to 0, and gone by the time it is back: the operator finds the try's files
     in storage, so the trial is retried and the first try's files kept, as when it watched."""
-    name = faults.job("e2e-unseen", agents=[slow_agent(30)], maxInfraRetries=1)
-    trial = trial_resource_name(name, "slow", faults.dataset()["name"], TASK, 1)
-
-    def runner_running() -> bool:
-        pods = [pod for pod in faults.pods(name) if pod.metadata.name == trial]
-        statuses = (pods[0].status.container_statuses or []) if pods else []
-        return any(c.name == "runner" and c.state.running for c in statuses)
-
-    wait_until(runner_running, timeout=faults.timeout, what="the trial's runner running")
+    name, trial = faults.slow_trial_running("e2e-unseen")
     replicas = faults.operator_deployment().spec.replicas or 1
     faults.scale_operator(0)
     try:
@@ -526,6 +532,27 @@ def test_a_trial_pod_deleted_while_the_operator_is_away_is_retried(faults: Fault
     finally:
         faults.scale_operator(replicas)
     retried_with_its_first_try_kept(faults, name)
+
+
+def test_a_trial_pod_force_deleted_mid_run_is_retried_apart_from_its_first_try(
+    faults: Faults,
+) -> None:
+    """`kubectl delete pod --force --grace-period=0`: the Pod is gone from the API at once while
+    its kubelet stops it, and its runner may still upload what it has. The retry waits for it,
+    so nothing of the first try is left among the second's (what the first try got to upload
+    in the time its kubelet gave it is the node's business: not asserted)."""
+    name, trial = faults.slow_trial_running("e2e-forced")
+    time.sleep(5)  # into the agent's 30 s
+    faults.core.delete_namespaced_pod(trial, faults.namespace, grace_period_seconds=0)
+    job = faults.completed(name)
+
+    assert job["status"]["counts"]["completed"] == 1
+    (made,) = faults.trials(name)
+    assert (made["status"]["phase"], made["status"]["infraRetries"]) == ("Succeeded", 1)
+    prefix = faults.trial_dir(name, 1, "slow")
+    final = json.loads(faults.store.get_bytes(prefix + "result.json"))
+    assert (final["reward"], final["rollout"]["tries"]) == (1.0, 2)
+    assert not faults.store.exists(prefix + "error.txt")
 
 
 def retried_with_its_first_try_kept(faults: Faults, name: str) -> None:

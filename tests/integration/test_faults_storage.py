@@ -16,7 +16,8 @@ process, storage a real S3 endpoint), so that what is asserted is what a runner 
    Pod stayed Terminating): the runner's internal_error is then the Pod's loss, not the trial's
    outcome (it used to fail the trial: fixed in `controller.podstatus`). And when the Pod was
    deleted before its trial said Running, and was gone by the time the operator came back: its
-   runner's files in storage say that it ran (`controller.trials.TryCheck`).
+   runner's files in storage say that it ran (`controller.trials.TryCheck`). And when it was
+   force-deleted, gone from the API while its runner still uploads: the retry waits for that.
 
 The other faults, and where each is tested: test_faults.py's docstring.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -248,15 +250,73 @@ async def test_a_pod_deleted_unseen_before_its_trial_said_running_is_a_lost_try(
 
     assert (status["phase"], status.get("infraRetries")) == ("Succeeded", 1), status
     assert status["podName"] == child_name(trial, "r1")
-    prefix = trial_prefix("", "unseen", "oracle", dataset["name"], "slow", 1)
+    prefix = first_try_kept(store, "unseen", dataset)
+    assert store.exists(prefix + "retries/1/logs/agent/started")
+
+
+async def test_a_force_deleted_pods_runner_is_waited_for_before_its_files_are_kept(
+    kube: Kube, s3_server: S3Server, make_s3_settings: Any, tmp_path: Path
+) -> None:
+    """A force-deleted Pod is gone from the API at once while its runner, stopped, still
+    uploads what it has: here for the seconds its storage is out of reach. The retry (and the
+    keeping of the first try's files before it) waits for it (`trials.OLD_RUNNER_MARGIN_SEC`
+    from the Pod's going), so the first try's files all go under retries/1/ and none is left
+    among the second try's. The operator reaches storage directly, the runners through a proxy
+    that goes down."""
+    async with Outage(s3_server.port) as outage:
+        direct = make_s3_settings()
+        store = direct.store()
+        store.ensure_bucket()
+        through_proxy = make_s3_settings(
+            endpoint_url=outage.endpoint_url, bucket=direct.location.bucket
+        )
+        dataset = publish_task(store, tmp_path)
+        await create_storage_secret(kube, direct, SECRET)
+        storage = {
+            **through_proxy.location.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "credentialsSecret": SECRET,
+        }
+        config = operator_config(direct, storage_credentials_secret=SECRET)
+        (trial,) = trial_names("forced", dataset["name"], 1)
+        async with (
+            kube.operator(memo=operator_memo(kube, config)),
+            TrialPodKubelet(kube, kube.namespace, tmp_path / "kubelet") as kubelet,
+        ):
+            job = job_manifest("forced", [dataset], maxInfraRetries=1, storage=storage)
+            await kube.create(ROLLOUT_JOBS, job)
+            await kube.wait_for(
+                lambda: agent_started(kubelet, trial), timeout=60, what="the agent running"
+            )
+            await outage.down()
+            # As `kubectl delete pod --force --grace-period=0`: gone from the API at once (the
+            # test kubelet's finalizer let go first), its kubelet stopping it after.
+            await kube.patch(PODS, trial, {"metadata": {"finalizers": None}})
+            await kube.delete(PODS, trial)
+            await kube.wait_for(lambda: _gone(kube, trial), timeout=10, what="the Pod gone")
+            await asyncio.sleep(3)  # the stopped runner's uploads wait for storage
+            await outage.up()
+            status = await kube.wait_for(
+                lambda: _trial_ended(kube, trial), timeout=90, what="the trial ends"
+            )
+
+    assert (status["phase"], status.get("infraRetries")) == ("Succeeded", 1), status
+    first_try_kept(store, "forced", dataset)
+
+
+def first_try_kept(store: ObjectStore, job: str, dataset: Mapping[str, str]) -> str:
+    """The job's one trial ran twice: its stopped first try's files under retries/1/, and the
+    second try's, alone, at the seed's paths. Its prefix."""
+    prefix = trial_prefix("", job, "oracle", dataset["name"], "slow", 1)
     kept = TrialResult.from_json(store.get_bytes(prefix + "retries/1/result.json"))
     assert kept.error is not None
     assert "SIGTERM" in kept.error.message
-    assert store.exists(prefix + "retries/1/logs/agent/started")
+    assert store.exists(prefix + "retries/1/error.txt")
     final = TrialResult.from_json(store.get_bytes(prefix + "result.json"))
     assert (final.reward, final.error) == (1.0, None)
     assert final.rollout is not None
     assert final.rollout.tries == 2
+    assert not store.exists(prefix + "error.txt")  # the first try's, among the second's
+    return prefix
 
 
 async def _gone(kube: Kube, pod: str) -> bool:

@@ -73,3 +73,25 @@ def test_deleted_pods_are_remembered_per_trial() -> None:
     rt.note_pod_deleted(pod)
     assert rt.pod_deleted("ns", "p", "trial-1")
     assert not rt.pod_deleted("ns", "p", "trial-2")  # a new trial of the same name
+
+
+def test_a_pod_that_went_with_its_runner_running_is_remembered_as_such() -> None:
+    """A kubelet lets a Pod go once its containers ended; one that went while its status showed
+    the runner running was force-deleted (or lost with its node): its runner may still upload."""
+    rt = runtime()
+
+    def pod(name: str, runner: dict[str, Any]) -> dict[str, Any]:
+        owner = {"kind": "RolloutTrial", "name": "t", "uid": "trial-1"}
+        return {
+            "metadata": {"name": name, "namespace": "ns", "ownerReferences": [owner]},
+            "status": {"containerStatuses": [{"name": "runner", "state": runner}]},
+        }
+
+    rt.note_pod_deleted(pod("forced", {"running": {"startedAt": "2025-01-15T10:30:00Z"}}))
+    rt.note_pod_deleted(pod("stopped", {"terminated": {"exitCode": 0}}))
+    ago = rt.deleted_running_ago("ns", "forced", "trial-1")
+    assert ago is not None
+    assert 0 <= ago < 5
+    assert rt.deleted_running_ago("ns", "stopped", "trial-1") is None
+    assert rt.deleted_running_ago("ns", "forced", "trial-2") is None  # another trial's
+    assert rt.deleted_running_ago("ns", "never", "trial-1") is None

@@ -28,6 +28,7 @@ from rollout.controller.index import ImageEntry, PodEntry, TrialEntry
 from rollout.controller.podstatus import Failed, Finished, Lost, Running, Waiting
 from rollout.controller.records import TrialPlace
 from rollout.controller.trials import (
+    OLD_RUNNER_MARGIN_SEC,
     CopyBuildLog,
     CreatePod,
     DeletePod,
@@ -205,6 +206,30 @@ def test_a_pod_made_outside_the_trials_creation_first_checks_whether_its_try_ran
     )
     assert isinstance(shard, CreatePod)
     assert shard.check is None
+
+
+def test_a_retry_waits_for_the_runner_of_a_pod_that_went_with_it_running() -> None:
+    """Force-deleted (or lost with its node), the try before's Pod is gone from the API at once,
+    its runner perhaps still uploading: the retry's Pod (and the keeping of the lost try's files
+    before it) waits OLD_RUNNER_MARGIN_SEC from the Pod's going."""
+    retried = replace(TRIAL, infra_retries=1, pod_name="t1-r1")
+
+    def after(gone: float | None) -> object:
+        return decide(
+            retried,
+            None,
+            now=NOW,
+            config=CONFIG,
+            place=PLACE,
+            max_infra_retries=2,
+            previous_gone_running_sec=gone,
+        )
+
+    assert after(3.0) == Nothing(waiting=True, due_in=OLD_RUNNER_MARGIN_SEC - 3.0)
+    made = after(OLD_RUNNER_MARGIN_SEC + 1)
+    assert isinstance(made, CreatePod)
+    assert made.keep is not None
+    assert isinstance(after(None), CreatePod)  # gone once its runner ended: at once
 
 
 def test_a_missing_pod_of_a_running_trial_was_lost() -> None:

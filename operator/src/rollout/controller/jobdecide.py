@@ -126,6 +126,9 @@ class TrialLook:
     """The reconciler asked a moment ago for the Pod to be deleted: not again."""
     previous_pod: PodEntry | None = None
     """After a retry: the Pod of the try before, while the index still has it."""
+    previous_gone_running_sec: float | None = None
+    """After a retry: how long ago the try before's Pod went from the API with its runner
+    running (force-deleted; None: it did not, or too long ago to be remembered)."""
 
 
 @dataclass(frozen=True)
@@ -486,6 +489,7 @@ def _trial_steps(
             pod_requested=look.pod_created,
             pod_deleted=look.pod_deleted,
             previous_pod=look.previous_pod,
+            previous_gone_running_sec=look.previous_gone_running_sec,
             image=view.images.get(trial.image_build) if trial.image_build else None,
             stale_before=view.created_at,
         )

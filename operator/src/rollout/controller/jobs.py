@@ -291,8 +291,14 @@ class JobReconciler:
         pods = list(self.pods_index.get((self.namespace, trial.name), ()))
         pod = find_pod(pods, pod_name)
         previous = None
+        previous_gone: float | None = None
         if trial.infra_retries > 0:
-            previous = find_pod(pods, pod_name_for(trial.name, trial.infra_retries - 1))
+            previous_name = pod_name_for(trial.name, trial.infra_retries - 1)
+            previous = find_pod(pods, previous_name)
+            if previous is None:
+                previous_gone = self.runtime.deleted_running_ago(
+                    self.namespace, previous_name, trial.uid
+                )
         if pod is not None:
             self.writes.pods_created.discard(pod_name)  # the watch has caught up
         return TrialLook(
@@ -302,6 +308,7 @@ class JobReconciler:
             pod_deleted=self.runtime.pod_deleted(self.namespace, pod_name, trial.uid),
             pod_deleting=pod_name in self.writes.pods_deleted,
             previous_pod=previous,
+            previous_gone_running_sec=previous_gone,
         )
 
 

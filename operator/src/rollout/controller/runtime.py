@@ -28,6 +28,7 @@ from rollout.controller.datasets import DatasetResolver
 from rollout.controller.index import owner_name, owner_uid
 from rollout.controller.kubeapi import KubeApi
 from rollout.controller.metrics import OperatorMetrics
+from rollout.controller.podfields import runner_state
 from rollout.controller.registry import DockerConfig
 from rollout.controller.watches import (
     PodsIndex,
@@ -115,7 +116,8 @@ class Runtime:
         """Trial Pods by (namespace, trial name), as the operator's watches keep them."""
         self.watches: list[Watch] = []
         self._wakers: dict[tuple[str, str], Waker] = {}
-        self._deleted_pods: dict[tuple[str, str, str], float] = {}
+        self._deleted_pods: dict[tuple[str, str, str], tuple[float, bool]] = {}
+        """Recently deleted trial Pods: when (monotonic), and whether their runner ran then."""
         self._image_waiters: dict[tuple[str, str], set[str]] = {}
 
     def close(self) -> None:
@@ -194,19 +196,28 @@ class Runtime:
     # --- Pods that went away
 
     def note_pod_deleted(self, body: Mapping[str, Any]) -> None:
-        """Remember that a trial Pod was deleted, so that its trial is retried, not recreated."""
+        """Remember that a trial Pod was deleted, so that its trial is retried, not recreated,
+        and whether its runner was still running then (`deleted_running_ago`)."""
         metadata = body.get("metadata") or {}
         trial_uid = owner_uid(body, RolloutTrial.resource.kind) or ""
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), trial_uid)
         now = time.monotonic()
         self._deleted_pods.pop(key, None)
-        self._deleted_pods[key] = now  # insertion order is age order: the oldest come first
+        # Insertion order is age order: the oldest come first.
+        self._deleted_pods[key] = (now, "running" in runner_state(body))
         cutoff = now - DELETED_POD_MEMORY_SEC
         while self._deleted_pods:
-            oldest, at = next(iter(self._deleted_pods.items()))
+            oldest, (at, _) = next(iter(self._deleted_pods.items()))
             if at >= cutoff:
                 break
             del self._deleted_pods[oldest]
 
     def pod_deleted(self, namespace: str, pod_name: str, trial_uid: str) -> bool:
         return (namespace, pod_name, trial_uid) in self._deleted_pods
+
+    def deleted_running_ago(self, namespace: str, pod_name: str, trial_uid: str) -> float | None:
+        """Seconds since a trial Pod went from the API while it showed its runner running (force-
+        deleted, or its node gone: a kubelet stopping a Pod lets it go once its containers
+        ended), whose runner may be uploading still; None for any other Pod."""
+        at, running = self._deleted_pods.get((namespace, pod_name, trial_uid), (0.0, False))
+        return time.monotonic() - at if running else None

@@ -251,6 +251,7 @@ def decide(
     pod_requested: bool = False,
     pod_deleted: bool = False,
     previous_pod: PodEntry | None = None,
+    previous_gone_running_sec: float | None = None,
     image: ImageEntry | None = None,
     stale_before: datetime | None = None,
 ) -> TrialAction:
@@ -260,7 +261,9 @@ def decide(
     missing because it was just created (`pod_requested`: its watch event is on its way), never
     created (the operator stopped in between: create it), or deleted (`pod_deleted`, or the trial
     already ran in it: the Pod was lost). `previous_pod` is the Pod of the try before, when the
-    index still has it: a retry's Pod waits until that one's runner can no longer upload.
+    index still has it: a retry's Pod waits until that one's runner can no longer upload. One
+    that went from the API with its runner running (`previous_gone_running_sec` ago: force-
+    deleted, its node gone) is waited for `OLD_RUNNER_MARGIN_SEC` after it went.
 
     `image` is the RolloutImage of a trial whose image is built in the cluster (None while there
     is none); one that failed before `stale_before` (the job's creation) failed for another job
@@ -277,6 +280,16 @@ def decide(
             return Nothing()
         if trial.phase != TrialPhase.RUNNING and not pod_deleted:
             action: TrialAction
+            if (
+                trial.infra_retries > 0
+                and previous_gone_running_sec is not None
+                and previous_gone_running_sec < OLD_RUNNER_MARGIN_SEC
+            ):
+                # Its runner may be uploading still: its files would land after they were
+                # kept, among the retry's.
+                return Nothing(
+                    waiting=True, due_in=OLD_RUNNER_MARGIN_SEC - previous_gone_running_sec
+                )
             if trial.image_build is None:
                 action = _create_pod(trial, previous_pod, place, now)
             else:
