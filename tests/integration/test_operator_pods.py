@@ -33,6 +33,7 @@ from rollout.api.results import JobResult, TrialError, TrialResult
 from rollout.api.trials import child_name, trial_resource_name
 from rollout.controller.cost import pod_requests
 from rollout.controller.prices import UnitPrices
+from rollout.controller.trials import OLD_RUNNER_MARGIN_SEC
 from rollout.storage import ObjectStore
 
 pytestmark = pytest.mark.integration
@@ -299,9 +300,15 @@ async def test_a_pod_deleted_under_a_running_trial_is_replaced_and_the_trial_fin
         first = await start_job(kube, store, tmp_path, "deleted")
         await kube.run_pod(first)
         await kube.wait_for(lambda: trial_status(kube, trial_name("deleted"), "Running"))
+        # No kubelet here stops it: it goes at once, its runner shown running, as a Pod
+        # force-deleted does, so the retry waits OLD_RUNNER_MARGIN_SEC for that runner.
         await kube.delete(PODS, first)
         retry_pod = child_name(trial_name("deleted"), "r1")
-        await kube.wait_for(lambda: kube.find(PODS, retry_pod), what="a replacement Pod")
+        await kube.wait_for(
+            lambda: kube.find(PODS, retry_pod),
+            timeout=OLD_RUNNER_MARGIN_SEC + 10,
+            what="a replacement Pod",
+        )
         await kube.run_pod(retry_pod)
         await kube.finish_pod(retry_pod, messages={"runner": runner_message(1.0)})
         status = await kube.wait_for(

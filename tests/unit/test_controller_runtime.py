@@ -89,6 +89,10 @@ def test_a_pod_that_went_with_its_runner_running_is_remembered_as_such() -> None
 
     rt.note_pod_deleted(pod("forced", {"running": {"startedAt": "2025-01-15T10:30:00Z"}}))
     rt.note_pod_deleted(pod("stopped", {"terminated": {"exitCode": 0}}))
+    evicted = pod("evicted", {"running": {}})  # its container states not yet updated
+    evicted["status"]["phase"] = "Failed"
+    rt.note_pod_deleted(evicted)
+    assert rt.deleted_running_ago("ns", "evicted", "trial-1") is None
     ago = rt.deleted_running_ago("ns", "forced", "trial-1")
     assert ago is not None
     assert 0 <= ago < 5

@@ -203,8 +203,11 @@ class Runtime:
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), trial_uid)
         now = time.monotonic()
         self._deleted_pods.pop(key, None)
+        # A Pod whose phase is over ran its containers to their end (an evicted one among them).
+        phase = (body.get("status") or {}).get("phase")
+        running = phase not in ("Succeeded", "Failed") and "running" in runner_state(body)
         # Insertion order is age order: the oldest come first.
-        self._deleted_pods[key] = (now, "running" in runner_state(body))
+        self._deleted_pods[key] = (now, running)
         cutoff = now - DELETED_POD_MEMORY_SEC
         while self._deleted_pods:
             oldest, (at, _) = next(iter(self._deleted_pods.items()))
