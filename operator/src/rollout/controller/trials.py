@@ -279,44 +279,17 @@ def decide(
         if pod_requested:
             return Nothing()
         if trial.phase != TrialPhase.RUNNING and not pod_deleted:
-            action: TrialAction
-            if (
-                trial.infra_retries > 0
-                and previous_gone_running_sec is not None
-                and previous_gone_running_sec < OLD_RUNNER_MARGIN_SEC
-            ):
-                # Its runner may be uploading still: its files would land after they were
-                # kept, among the retry's.
-                return Nothing(
-                    waiting=True, due_in=OLD_RUNNER_MARGIN_SEC - previous_gone_running_sec
-                )
-            if trial.image_build is None:
-                action = _create_pod(trial, previous_pod, place, now)
-            else:
-                action = _when_image_ready(
-                    trial, image, previous_pod, place, now, config.unit_prices, stale_before
-                )
-            if isinstance(action, CreatePod) and not trial.shard:
-                # A shard's rows are kept or run again row by row (`shards`): no check.
-                lost = act(
-                    trial,
-                    None,
-                    Lost(UNSEEN_LOSS),
-                    now=now,
-                    place=place,
-                    prices=config.unit_prices,
-                    max_infra_retries=max_infra_retries,
-                )
-                assert isinstance(lost, RetryPod | PatchStatus)
-                check = TryCheck(
-                    place.storage,
-                    place.prefix(trial.key),
-                    trial.tries,
-                    trial.created_at if action.retry == 0 else None,
-                    lost,
-                )
-                return replace(action, check=check)
-            return action
+            return _new_pod(
+                trial,
+                now=now,
+                config=config,
+                place=place,
+                max_infra_retries=max_infra_retries,
+                previous_pod=previous_pod,
+                previous_gone_running_sec=previous_gone_running_sec,
+                image=image,
+                stale_before=stale_before,
+            )
         verdict: PodVerdict = classify_missing_pod()
     else:
         verdict = classify_pod(pod.body, now=now, config=config)
@@ -330,6 +303,48 @@ def decide(
         max_infra_retries=max_infra_retries,
         running_status_after=config.running_status_after_sec,
     )
+
+
+def _new_pod(
+    trial: TrialEntry,
+    *,
+    now: datetime,
+    config: OperatorConfig,
+    place: TrialPlace,
+    max_infra_retries: int,
+    previous_pod: PodEntry | None,
+    previous_gone_running_sec: float | None,
+    image: ImageEntry | None,
+    stale_before: datetime | None,
+) -> TrialAction:
+    """A trial with no Pod that has not run yet, as far as the index knows (`decide`): its Pod,
+    once the try before's runner can no longer write and, for an image built in the cluster,
+    once the image is Ready; made only if storage shows this try did not run (`TryCheck`)."""
+    action: TrialAction
+    if trial.image_build is None:
+        action = _create_pod(trial, place)
+    else:
+        action = _when_image_ready(trial, image, place, now, config.unit_prices, stale_before)
+    if not isinstance(action, CreatePod):
+        return action
+    waiting = _previous_runner_wait(trial, previous_pod, previous_gone_running_sec, now)
+    if waiting is not None:
+        return waiting
+    if trial.shard:
+        return action  # its rows are kept or run again row by row (`shards`): no check
+    lost = act(
+        trial,
+        None,
+        Lost(UNSEEN_LOSS),
+        now=now,
+        place=place,
+        prices=config.unit_prices,
+        max_infra_retries=max_infra_retries,
+    )
+    assert isinstance(lost, RetryPod | PatchStatus)
+    since = trial.created_at if action.retry == 0 else None
+    check = TryCheck(place.storage, place.prefix(trial.key), trial.tries, since, lost)
+    return replace(action, check=check)
 
 
 def act(
@@ -453,25 +468,33 @@ def runner_may_still_write(pod: Mapping[str, Any], now: datetime) -> bool:
     return deletion is None or (now - deletion).total_seconds() < OLD_RUNNER_MARGIN_SEC
 
 
-def _create_pod(
-    trial: TrialEntry,
-    previous: PodEntry | None,
-    place: TrialPlace,
-    now: datetime,
-    image: ImageEntry | None = None,
-) -> CreatePod | Nothing:
-    """The trial's Pod for its current try; a retry's only once the lost try's runner can no
-    longer upload into the trial's prefix (its Pod is deleted with it, and the runner gets its
-    grace period), with that try's files kept first. With the `image` built for it: that image,
-    and environment setup timed from the trial's creation."""
+def _previous_runner_wait(
+    trial: TrialEntry, previous: PodEntry | None, gone_running_sec: float | None, now: datetime
+) -> Nothing | None:
+    """A retry's Pod waits while the lost try's runner may still upload into the trial's prefix,
+    where its files would land after they were kept, among the retry's: its Pod is still there
+    (deleted with the retry; the runner gets its grace period, `runner_may_still_write`), or it
+    went from the API with its runner running (force-deleted, its node gone) less than
+    `OLD_RUNNER_MARGIN_SEC` ago (`gone_running_sec`). None: no wait."""
+    if trial.infra_retries == 0:
+        return None
+    if previous is not None and runner_may_still_write(previous.body, now):
+        return Nothing(waiting=True)
+    if gone_running_sec is not None and gone_running_sec < OLD_RUNNER_MARGIN_SEC:
+        return Nothing(waiting=True, due_in=OLD_RUNNER_MARGIN_SEC - gone_running_sec)
+    return None
+
+
+def _create_pod(trial: TrialEntry, place: TrialPlace, image: ImageEntry | None = None) -> CreatePod:
+    """The trial's Pod for its current try; a retry's with the lost try's files kept first (once
+    that try's runner can no longer upload: `_previous_runner_wait`). With the `image` built for
+    it: that image, and environment setup timed from the trial's creation."""
     built: dict[str, Any] = {}
     if image is not None:
         built = {"image": image.pinned_image, "setup_since": trial.created_at}
     retry = trial.infra_retries
     if retry == 0:
         return CreatePod(trial.current_pod_name, 0, **built)
-    if previous is not None and runner_may_still_write(previous.body, now):
-        return Nothing(waiting=True)
     # The try before (after the tries of earlier runs, for a resumed job's trial).
     keep = KeepTry(place.storage, place.prefix(trial.key), number=trial.earlier_tries + retry)
     return CreatePod(trial.current_pod_name, retry, keep, **built)
@@ -486,7 +509,6 @@ NOT_THE_TASKS = frozenset({ImageReason.BUILD_NOT_RUN, ImageReason.REGISTRY_UNAVA
 def _when_image_ready(
     trial: TrialEntry,
     image: ImageEntry | None,
-    previous: PodEntry | None,
     place: TrialPlace,
     now: datetime,
     prices: UnitPrices | None,
@@ -503,7 +525,7 @@ def _when_image_ready(
     if image is None or image.deleting or stale:
         return Nothing()  # the job makes it (again); its change wakes the job
     if image.ready:
-        return _create_pod(trial, previous, place, now, image)
+        return _create_pod(trial, place, image)
     if not image.failed:
         if trial.waiting_for_image:
             return Nothing()
